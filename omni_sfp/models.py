@@ -1,0 +1,159 @@
+"""skrl 2 models: the shared actor-critic whose trunk goes through the single-forward-pass cache, and the
+separate actor and critic used as the ``models.separate=true`` baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import torch
+from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
+from torch import nn
+
+from omni_sfp.cache import CacheCheck, SFPStats, SingleForwardPass, collect_stats, sfp_modules
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "elu": nn.ELU,
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "leaky_relu": nn.LeakyReLU,
+    "selu": nn.SELU,
+    "silu": nn.SiLU,
+    "gelu": nn.GELU,
+}
+
+
+def make_mlp(in_features: int, units: Sequence[int], activation: str = "elu") -> nn.Sequential:
+    """A plain MLP trunk: Linear + activation per entry of ``units`` (orthogonal init, as in PPO practice)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation={activation!r} is not one of {', '.join(ACTIVATIONS)}")
+    if not units or any(int(u) <= 0 for u in units):
+        raise ValueError(f"units={list(units)!r} must be a non-empty list of positive layer sizes")
+    layers: list[nn.Module] = []
+    for size in units:
+        linear = nn.Linear(in_features, int(size))
+        nn.init.orthogonal_(linear.weight, gain=2**0.5)
+        nn.init.zeros_(linear.bias)
+        layers += [linear, ACTIVATIONS[activation]()]
+        in_features = int(size)
+    return nn.Sequential(*layers)
+
+
+def _head(in_features: int, out_features: int, gain: float) -> nn.Linear:
+    linear = nn.Linear(in_features, out_features)
+    nn.init.orthogonal_(linear.weight, gain=gain)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+class SharedActorCritic(GaussianMixin, DeterministicMixin, Model):
+    """One trunk, a Gaussian policy head and a value head: pass the same instance as skrl PPO's ``policy``
+    and ``value``. The trunk runs through :class:`SingleForwardPass`, so the second role's call on the same
+    input is served from the cache (``single_forward_pass=False`` or ``cache_check="off"``: double pass).
+    """
+
+    def __init__(
+        self,
+        observation_space: gymnasium.Space,
+        action_space: gymnasium.Space,
+        device: str | torch.device | None = None,
+        *,
+        units: Sequence[int] = (256, 128, 64),
+        activation: str = "elu",
+        single_forward_pass: bool = True,
+        cache_check: CacheCheck = "auto",
+        initial_log_std: float = 0.0,
+        clip_actions: bool = False,
+        clip_log_std: bool = True,
+        min_log_std: float = -20.0,
+        max_log_std: float = 2.0,
+    ) -> None:
+        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+        GaussianMixin.__init__(
+            self,
+            clip_actions=clip_actions,
+            clip_log_std=clip_log_std,
+            min_log_std=min_log_std,
+            max_log_std=max_log_std,
+            role="policy",
+        )
+        DeterministicMixin.__init__(self, role="value")
+        self.trunk = SingleForwardPass(
+            make_mlp(self.num_observations, units, activation), cache_check if single_forward_pass else "off"
+        )
+        self.policy_head = _head(int(units[-1]), self.num_actions, gain=0.01)
+        self.value_head = _head(int(units[-1]), 1, gain=1.0)
+        self.log_std = nn.Parameter(torch.full((self.num_actions,), float(initial_log_std)))
+        self.to(self.device)
+
+    def act(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        if role == "policy":
+            return GaussianMixin.act(self, inputs, role=role)
+        if role == "value":
+            return DeterministicMixin.act(self, inputs, role=role)
+        raise ValueError(f"SharedActorCritic plays role 'policy' or 'value', not {role!r}")
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        features = self.trunk(inputs["observations"])
+        if role == "policy":
+            return self.policy_head(features), {"log_std": self.log_std}
+        if role == "value":
+            return self.value_head(features), {}
+        raise ValueError(f"SharedActorCritic plays role 'policy' or 'value', not {role!r}")
+
+    @property
+    def sfp_stats(self) -> SFPStats:
+        """Trunk-call counters of this model's cache: hits, misses, bypasses."""
+        return collect_stats(self)
+
+    def reset_sfp_stats(self) -> None:
+        for module in sfp_modules(self):
+            module.reset_stats()
+
+
+class GaussianActor(GaussianMixin, Model):
+    """The policy of the separate-models baseline (``models.separate=true``): its own trunk, no cache."""
+
+    def __init__(
+        self,
+        observation_space: gymnasium.Space,
+        action_space: gymnasium.Space,
+        device: str | torch.device | None = None,
+        *,
+        units: Sequence[int] = (256, 128, 64),
+        activation: str = "elu",
+        initial_log_std: float = 0.0,
+        clip_actions: bool = False,
+    ) -> None:
+        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+        GaussianMixin.__init__(self, clip_actions=clip_actions, role="policy")
+        self.net = nn.Sequential(
+            make_mlp(self.num_observations, units, activation), _head(int(units[-1]), self.num_actions, 0.01)
+        )
+        self.log_std = nn.Parameter(torch.full((self.num_actions,), float(initial_log_std)))
+        self.to(self.device)
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        return self.net(inputs["observations"]), {"log_std": self.log_std}
+
+
+class ValueCritic(DeterministicMixin, Model):
+    """The value function of the separate-models baseline: its own trunk, no cache."""
+
+    def __init__(
+        self,
+        observation_space: gymnasium.Space,
+        action_space: gymnasium.Space,
+        device: str | torch.device | None = None,
+        *,
+        units: Sequence[int] = (256, 128, 64),
+        activation: str = "elu",
+    ) -> None:
+        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+        DeterministicMixin.__init__(self, role="value")
+        self.net = nn.Sequential(make_mlp(self.num_observations, units, activation), _head(int(units[-1]), 1, 1.0))
+        self.to(self.device)
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        return self.net(inputs["observations"]), {}

@@ -1,0 +1,81 @@
+"""SharedActorCritic inside a real skrl PPO: the cache changes nothing but the amount of work."""
+
+import pytest
+import torch
+
+from omni_sfp import SharedActorCritic
+from omni_sfp.models import GaussianActor, ValueCritic
+from ppo_driver import BOX_ACT, BOX_OBS, make_agent, run
+
+
+def shared(cache_check: str) -> SharedActorCritic:
+    torch.manual_seed(0)
+    return SharedActorCritic(BOX_OBS, BOX_ACT, "cpu", units=(32, 32), cache_check=cache_check)
+
+
+def train(cache_check: str, **cfg):
+    model = shared(cache_check)
+    agent = make_agent({"policy": model, "value": model}, **cfg)
+    torch.manual_seed(1)  # same sampling of actions and minibatches in both runs
+    losses = run(agent, steps=24)
+    return model, losses
+
+
+@pytest.mark.parametrize("time_limit_bootstrap", [False, True])
+@pytest.mark.parametrize("mixed_precision", [False, True])
+def test_ppo_with_cache_equals_double_pass(mixed_precision, time_limit_bootstrap):
+    cfg = dict(mixed_precision=mixed_precision, time_limit_bootstrap=time_limit_bootstrap)
+    cached, cached_losses = train("auto", **cfg)
+    double, double_losses = train("off", **cfg)
+    assert len(cached_losses) == 3  # one mean policy loss per update
+    tolerance = dict(rtol=2e-2, atol=2e-3) if mixed_precision else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(cached_losses), torch.tensor(double_losses), **tolerance)
+    for (name, a), (_, b) in zip(cached.named_parameters(), double.named_parameters()):
+        torch.testing.assert_close(a, b, **tolerance, msg=name)
+    assert double.sfp_stats.hits == 0
+
+
+def test_cache_hits_every_shareable_call_in_ppo():
+    """Shareable: the value call of each rollout step and of each minibatch (last_values is alone)."""
+    model, _ = train("auto")
+    steps, minibatches = 24, 3 * 2 * 2
+    stats = model.sfp_stats
+    assert stats.hits >= 0.95 * (steps + minibatches)
+    assert stats.misses == steps + minibatches + 3  # + one last_values call per update
+    assert stats.bypasses == 0
+
+
+def test_bootstrap_calls_are_served_too():
+    """With time-limit bootstrap, the lone value call on the next observations feeds the next step."""
+    model, _ = train("auto", time_limit_bootstrap=True)
+    plain, _ = train("auto", time_limit_bootstrap=False)
+    # every 5th step truncates: its bootstrap call computes, the next step's policy and value are served
+    assert model.sfp_stats.misses <= plain.sfp_stats.misses + 1
+    assert model.sfp_stats.hits > plain.sfp_stats.hits
+
+
+def test_act_roles():
+    model = shared("auto")
+    obs = torch.randn(4, 6)
+    actions, outputs = model.act({"observations": obs}, role="policy")
+    assert actions.shape == (4, 2) and set(outputs) >= {"log_prob", "mean_actions", "log_std"}
+    values, _ = model.act({"observations": obs}, role="value")
+    assert values.shape == (4, 1)
+    with pytest.raises(ValueError, match="role"):
+        model.act({"observations": obs}, role="critic")
+
+
+def test_separate_models_train_in_ppo():
+    torch.manual_seed(0)
+    policy, value = GaussianActor(BOX_OBS, BOX_ACT, "cpu", units=(16,)), ValueCritic(BOX_OBS, BOX_ACT, "cpu", units=(16,))
+    before = [p.clone() for p in policy.parameters()]
+    losses = run(make_agent({"policy": policy, "value": value}), steps=8)
+    assert len(losses) == 1 and all(torch.isfinite(torch.tensor(losses)))
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_bad_layer_spec_is_refused():
+    with pytest.raises(ValueError, match="activation='swishy'"):
+        SharedActorCritic(BOX_OBS, BOX_ACT, "cpu", activation="swishy")
+    with pytest.raises(ValueError, match="units"):
+        SharedActorCritic(BOX_OBS, BOX_ACT, "cpu", units=[])
