@@ -1,0 +1,454 @@
+"""From a validated config to a finished run: task -> env -> model (cache) -> skrl PPO -> trainer -> run folder.
+
+The run folder ``runs/<task>/<timestamp>_<experiment>/`` alone reproduces a run: ``config.yaml`` (the
+resolved config), TensorBoard scalars, ``progress.jsonl`` (one line per iteration), ``checkpoints/``
+(``last.pt``, ``best.pt``, the newest ``iter_<n>.pt``) and ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from skrl.resources.preprocessors.torch import RunningStandardScaler
+from skrl.resources.schedulers.torch import KLAdaptiveLR
+from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
+
+from omni_sfp import checkpoint as ckpt
+from omni_sfp.agent import SFPPPO, EpisodeTracker
+from omni_sfp.config import max_iterations, num_envs
+from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
+from omni_sfp.registry import make_env
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``: CUDA when present, else CPU. Asking for CUDA without one is an error, not a fallback."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={name!r}: CUDA is not available on this machine (use device=cpu or auto)")
+    return torch.device(name)
+
+
+def precision_note(device: torch.device, mixed_precision: bool) -> str:
+    """What ``train.mixed_precision`` really does on this device, said plainly."""
+    if not mixed_precision:
+        return "fp32"
+    if device.type == "cuda":
+        return "mixed: fp16 autocast + GradScaler (CUDA)"
+    return "mixed: bf16 autocast on CPU (GradScaler inactive for bf16; fast only on CPUs with bf16 instructions)"
+
+
+def rewards_scaler(scale: float) -> Callable:
+    def shape(rewards: torch.Tensor, timestep: int, timesteps: int) -> torch.Tensor:
+        return rewards * scale
+
+    return shape
+
+
+def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
+    m = cfg.train.models
+    units = list(m.units)
+    if m.separate:
+        kwargs = dict(units=units, activation=m.activation)
+        policy = GaussianActor(env.observation_space, env.action_space, device, initial_log_std=m.initial_log_std, **kwargs)
+        return {"policy": policy, "value": ValueCritic(env.observation_space, env.action_space, device, **kwargs)}
+    model = SharedActorCritic(
+        env.observation_space,
+        env.action_space,
+        device,
+        units=units,
+        activation=m.activation,
+        single_forward_pass=cfg.train.sfp.enabled,
+        cache_check=cfg.train.sfp.cache_check,
+        initial_log_std=m.initial_log_std,
+    )
+    return {"policy": model, "value": model}
+
+
+def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_dir: Path | None) -> SFPPPO:
+    from skrl.agents.torch.ppo import PPO_CFG
+    from skrl.memories.torch import RandomMemory
+
+    p = cfg.train.ppo
+    agent_cfg = PPO_CFG(
+        rollouts=p.rollouts,
+        learning_epochs=p.learning_epochs,
+        mini_batches=p.mini_batches,
+        discount_factor=p.discount_factor,
+        gae_lambda=p.gae_lambda,
+        learning_rate=p.learning_rate,
+        learning_rate_scheduler=KLAdaptiveLR if p.learning_rate_schedule == "kl_adaptive" else None,
+        learning_rate_scheduler_kwargs={"kl_threshold": p.desired_kl} if p.learning_rate_schedule == "kl_adaptive" else {},
+        observation_preprocessor=RunningStandardScaler if p.observation_normalization else None,
+        observation_preprocessor_kwargs={"size": env.observation_space, "device": device},
+        value_preprocessor=RunningStandardScaler if p.value_normalization else None,
+        value_preprocessor_kwargs={"size": 1, "device": device},
+        grad_norm_clip=p.grad_norm_clip,
+        ratio_clip=p.ratio_clip,
+        value_clip=p.value_clip,
+        entropy_loss_scale=p.entropy_loss_scale,
+        value_loss_scale=p.value_loss_scale,
+        kl_threshold=p.kl_threshold,
+        time_limit_bootstrap=p.time_limit_bootstrap,
+        rewards_shaper=rewards_scaler(p.rewards_scale) if p.rewards_scale != 1 else None,
+        mixed_precision=cfg.train.mixed_precision,
+    )
+    agent_cfg.experiment.write_interval = p.rollouts if run_dir is not None else 0  # TensorBoard, once an iteration
+    agent_cfg.experiment.checkpoint_interval = 0  # checkpoints are ours: atomic, resumable
+    if run_dir is not None:
+        agent_cfg.experiment.directory = str(run_dir.parent)
+        agent_cfg.experiment.experiment_name = run_dir.name
+    memory = RandomMemory(memory_size=p.rollouts, num_envs=env.num_envs, device=device)
+    return SFPPPO(
+        models=models,
+        memory=memory,
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device=device,
+        cfg=agent_cfg,
+        check_finite=cfg.train.check_finite,
+    )
+
+
+@dataclass
+class Progress:
+    """One iteration (rollout + update) as it goes to TensorBoard, progress.jsonl and the panel."""
+
+    iteration: int
+    timestep: int  # env steps per env so far
+    sps: float  # env steps (all envs) per second over the last iteration
+    mean_return: float | None  # mean return of the episodes that finished in this iteration
+    mean_length: float | None
+    sfp_hit_rate: float  # cache hits per shareable trunk call so far
+    rollout_s: float
+    update_s: float
+
+
+@dataclass
+class Summary:
+    training_time_s: float
+    sps: float
+    sfp_hit_rate: float | None  # None: no cache in use
+    final_return: float | None  # deterministic evaluation after training
+    optimal_return: float | None
+    iterations: int
+    run_dir: Path
+    history: list[Progress] = field(default_factory=list)
+
+    def line(self) -> str:
+        hits = "off" if self.sfp_hit_rate is None else f"{100 * self.sfp_hit_rate:.1f}%"
+        return f"Training time: {self.training_time_s:.1f} s | SPS: {self.sps:.0f} | SFP cache hits: {hits}"
+
+
+class StopRequested:
+    """SIGINT/SIGTERM handler: the first signal stops at the next iteration boundary (a checkpoint is
+    written there), a second one interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequested:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(f"\n[omni_sfp] {signal.Signals(signum).name}: stopping after this iteration and saving a checkpoint",
+              file=sys.stderr, flush=True)
+
+
+class SFPTrainer(SequentialTrainer):
+    """skrl's sequential trainer with what a resumable, observable run needs: it starts at any timestep
+    with given observations, times rollout and update separately, calls back once per iteration, and
+    stops cleanly at an iteration boundary when asked."""
+
+    def __init__(self, *, env, agent: SFPPPO, timesteps: int, on_iteration: Callable[[Progress], None],
+                 stop: StopRequested, disable_progressbar: bool | None = None) -> None:
+        super().__init__(
+            env=env,
+            agents=agent,
+            cfg=SequentialTrainerCfg(timesteps=timesteps, headless=True, disable_progressbar=disable_progressbar,
+                                     close_environment_at_exit=False),
+        )
+        self.on_iteration = on_iteration
+        self.stop = stop
+        self.start_timestep = 0
+        self.observations: torch.Tensor | None = None
+        self.states: torch.Tensor | None = None
+
+    def train(self) -> None:
+        import tqdm
+
+        agent: SFPPPO = self.agents
+        agent.enable_training_mode(True)
+        if self.observations is None:
+            self.observations, _ = self.env.reset()
+            self.states = self.env.state()
+        rollouts, total = agent.cfg.rollouts, self.cfg.timesteps
+        sync = torch.cuda.synchronize if agent.device.type == "cuda" else (lambda: None)
+        rollout_s, iteration_start = 0.0, time.perf_counter()
+        for timestep in tqdm.tqdm(range(self.start_timestep, total), initial=self.start_timestep, total=total,
+                                  disable=self.cfg.disable_progressbar, file=sys.stdout, unit="step", mininterval=1.0):
+            step_start = time.perf_counter()
+            with torch.no_grad():
+                actions, _ = agent.act(self.observations, self.states, timestep=timestep, timesteps=total)
+                next_observations, rewards, terminated, truncated, infos = self.env.step(actions)
+                next_states = self.env.state()
+                agent.record_transition(
+                    observations=self.observations, states=self.states, actions=actions, rewards=rewards,
+                    next_observations=next_observations, next_states=next_states, terminated=terminated,
+                    truncated=truncated, infos=infos, timestep=timestep, timesteps=total,
+                )
+            self.observations, self.states = next_observations, next_states
+            if (timestep + 1) % rollouts:
+                rollout_s += time.perf_counter() - step_start
+                agent.post_interaction(timestep=timestep, timesteps=total)
+                continue
+            sync()
+            update_start = time.perf_counter()
+            rollout_s += update_start - step_start
+            mean_return, mean_length, _ = agent.pop_episode_stats()
+            if mean_return is not None:
+                agent.track_data("Reward / Episode return (mean)", mean_return)
+                agent.track_data("Episode / Length (mean)", mean_length)
+            agent.track_data("SFP / Cache hit rate (shareable calls)", agent.sfp_share_rate)
+            agent.post_interaction(timestep=timestep, timesteps=total)  # the update, then TensorBoard
+            sync()
+            now = time.perf_counter()
+            progress = Progress(
+                iteration=(timestep + 1) // rollouts,
+                timestep=timestep + 1,
+                sps=rollouts * self.env.num_envs / (now - iteration_start),
+                mean_return=mean_return,
+                mean_length=mean_length,
+                sfp_hit_rate=agent.sfp_share_rate,
+                rollout_s=rollout_s,
+                update_s=now - update_start,
+            )
+            rollout_s, iteration_start = 0.0, now
+            self.on_iteration(progress)
+            if self.stop.requested:
+                break
+
+
+class Runner:
+    """Builds everything from a validated config; ``train()`` and ``test()`` run it."""
+
+    def __init__(self, cfg: DictConfig, *, disable_progressbar: bool | None = None) -> None:
+        from skrl.utils import set_seed
+
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        set_seed(cfg.seed, deterministic=cfg.torch_deterministic)
+        self.resume_from: Path | None = ckpt.resolve(cfg.checkpoint) if cfg.checkpoint else None
+        self.run_dir = None if cfg.test else self._make_run_dir()
+        task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
+        self.env = make_env(cfg.task.name, num_envs=num_envs(cfg), device=self.device, seed=cfg.seed,
+                            headless=cfg.headless, task_cfg=task_cfg)
+        self.models = build_models(cfg, self.env, self.device)
+        self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)
+        self.agent.init()
+        self.disable_progressbar = disable_progressbar
+        self.history: list[Progress] = []
+        self.best_return = float("-inf")
+        self.iteration = 0
+
+    # -- run folder -----------------------------------------------------------------------------------------
+    def _make_run_dir(self) -> Path:
+        if self.cfg.resume:
+            return self.resume_from.parent.parent  # <run>/checkpoints/last.pt -> <run>
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        name = f"{stamp}_{self.cfg.experiment}" if self.cfg.experiment else stamp
+        run_dir = Path(self.cfg.runs_dir) / self.cfg.task.name.replace(":", "_") / name
+        suffix = 1
+        while run_dir.exists():
+            run_dir = run_dir.with_name(f"{name}-{suffix}")
+            suffix += 1
+        (run_dir / "checkpoints").mkdir(parents=True)
+        OmegaConf.save(self.cfg, run_dir / "config.yaml", resolve=True)
+        return run_dir
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+    @property
+    def task(self):
+        """The embedded task object behind skrl's wrapper (None for other kinds)."""
+        return getattr(self.env, "_env", None)
+
+    def state_dict(self, trainer: SFPTrainer) -> dict[str, Any]:
+        agent = self.agent
+        modules = {
+            name: module.state_dict()
+            for name, module in agent.checkpoint_modules.items()
+            if module is not None and not (name == "value" and agent.value is agent.policy)  # shared: saved once
+        }
+        task = self.task
+        return {
+            "modules": modules,
+            "scaler": agent.scaler.state_dict(),
+            "scheduler": agent.scheduler.state_dict() if agent.scheduler else None,
+            "agent": {"rollout": agent._rollout, "shareable_calls": agent.shareable_calls,
+                      "episodes": agent._episodes.state_dict() if agent._episodes else None},
+            "sfp_stats": agent.sfp_stats.as_dict(),
+            "timestep": self.iteration * agent.cfg.rollouts,
+            "iteration": self.iteration,
+            "best_return": self.best_return,
+            "observations": trainer.observations,
+            "states": trainer.states,
+            "task": task.state_dict() if hasattr(task, "state_dict") else None,
+            "rng": ckpt.rng_state(),
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], trainer: SFPTrainer | None, *, source: Path) -> None:
+        agent = self.agent
+        try:
+            for name, module_state in state["modules"].items():
+                agent.checkpoint_modules[name].load_state_dict(module_state)
+        except (KeyError, RuntimeError) as error:
+            raise ckpt.CheckpointError(
+                f"checkpoint {source}: does not fit this model/task ({' '.join(str(error).split())[:200]})"
+            ) from None
+        if trainer is None:
+            return
+        agent.scaler.load_state_dict(state["scaler"])
+        if agent.scheduler and state["scheduler"]:
+            agent.scheduler.load_state_dict(state["scheduler"])
+        agent._rollout = state["agent"]["rollout"]
+        agent.shareable_calls = state["agent"]["shareable_calls"]
+        self.iteration = state["iteration"]
+        self.best_return = state["best_return"]
+        trainer.start_timestep = state["timestep"]
+        trainer.observations, trainer.states = state["observations"], state["states"]
+        if state["task"] is not None and hasattr(self.task, "load_state_dict"):
+            self.task.load_state_dict(state["task"])
+        if state["agent"]["episodes"] is not None:
+            agent._episodes = EpisodeTracker(self.env.num_envs, self.device)
+            agent._episodes.load_state_dict(state["agent"]["episodes"])
+        ckpt.set_rng_state(state["rng"])
+
+    def _save(self, trainer: SFPTrainer, *, best: bool) -> Path:
+        folder = self.run_dir / "checkpoints"
+        state = self.state_dict(trainer)
+        path = ckpt.save_atomic(state, folder / f"iter_{self.iteration}.pt")
+        ckpt.save_atomic(state, folder / "last.pt")
+        if best:
+            ckpt.save_atomic(state, folder / "best.pt")
+        ckpt.rotate(folder, self.cfg.train.keep_checkpoints)
+        return path
+
+    # -- train / test -------------------------------------------------------------------------------------------
+    def train(self) -> Summary:
+        cfg = self.cfg
+        timesteps = max_iterations(cfg) * cfg.train.ppo.rollouts
+        progress_files = [open(self.run_dir / "progress.jsonl", "a")]
+        if cfg.progress_file:
+            Path(cfg.progress_file).parent.mkdir(parents=True, exist_ok=True)
+            progress_files.append(open(cfg.progress_file, "a"))
+        with StopRequested() as stop:
+            trainer = SFPTrainer(env=self.env, agent=self.agent, timesteps=timesteps, stop=stop,
+                                 on_iteration=lambda p: None, disable_progressbar=self.disable_progressbar)
+            if self.resume_from is not None:
+                self.load_state_dict(ckpt.load(self.resume_from, self.device), trainer, source=self.resume_from)
+
+            def on_iteration(progress: Progress) -> None:
+                self.iteration = progress.iteration
+                self.history.append(progress)
+                line = json.dumps(progress.__dict__)
+                for file in progress_files:
+                    file.write(line + "\n")
+                    file.flush()
+                improved = progress.mean_return is not None and progress.mean_return > self.best_return
+                if improved:
+                    self.best_return = progress.mean_return
+                interval = cfg.train.checkpoint_interval
+                if stop.requested or progress.timestep >= timesteps or (interval and not self.iteration % interval):
+                    self._save(trainer, best=improved)
+
+            trainer.on_iteration = on_iteration
+            start = time.perf_counter()
+            try:
+                trainer.train()
+            finally:
+                for file in progress_files:
+                    file.close()
+            elapsed = time.perf_counter() - start
+        steps_done = (self.iteration * cfg.train.ppo.rollouts - trainer.start_timestep) * self.env.num_envs
+        final_return = self.evaluate(episodes=1)
+        task = self.task
+        summary = Summary(
+            training_time_s=elapsed,
+            sps=steps_done / elapsed if elapsed > 0 else 0.0,
+            sfp_hit_rate=self.agent.sfp_share_rate if self._cache_in_use else None,
+            final_return=final_return,
+            optimal_return=task.optimal_return() if hasattr(task, "optimal_return") else None,
+            iterations=self.iteration,
+            run_dir=self.run_dir,
+            history=self.history,
+        )
+        self._plot(summary)
+        return summary
+
+    @property
+    def _cache_in_use(self) -> bool:
+        return not self.cfg.train.models.separate and self.cfg.train.sfp.enabled and self.cfg.train.sfp.cache_check != "off"
+
+    def evaluate(self, episodes: int) -> float | None:
+        """Mean return of ``episodes`` episodes per env with deterministic (mean) actions."""
+        max_length = getattr(self.task, "max_episode_length", None) or getattr(self.env, "max_episode_length", 1000)
+        self.agent.enable_training_mode(False)
+        self.agent.enable_models_training_mode(False)
+        tracker = EpisodeTracker(self.env.num_envs, self.device)
+        observations, _ = self.env.reset()
+        states = self.env.state()
+        finished = 0
+        with torch.no_grad():
+            for step in range(int(max_length) * episodes):
+                _, outputs = self.agent.act(observations, states, timestep=step, timesteps=0)
+                observations, rewards, terminated, truncated, _ = self.env.step(outputs["mean_actions"])
+                states = self.env.state()
+                tracker.record(rewards, terminated | truncated)
+        total_return, _, finished = tracker.finished.tolist()
+        return total_return / finished if finished else None
+
+    def test(self) -> float | None:
+        self.load_state_dict(ckpt.load(self.resume_from, self.device), None, source=self.resume_from)
+        return self.evaluate(self.cfg.test_episodes)
+
+    def _plot(self, summary: Summary) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        points = [(p.timestep * self.env.num_envs, p.mean_return) for p in summary.history if p.mean_return is not None]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        if points:
+            ax.plot(*zip(*points), label="mean episode return (training, stochastic)")
+        if summary.optimal_return is not None:
+            ax.axhline(summary.optimal_return, color="k", linestyle="--", label="optimal return (Riccati)")
+        if summary.final_return is not None:
+            ax.axhline(summary.final_return, color="tab:green", linestyle=":", label="final return (deterministic)")
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("return")
+        ax.set_title(f"{self.cfg.task.name}: {summary.line()}", fontsize=8)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(self.run_dir / "learning_curve.png", dpi=100)
+        plt.close(fig)
