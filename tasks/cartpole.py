@@ -1,0 +1,108 @@
+"""Cart-pole balancing, batched on the device, with OmniIsaacGymEnvs' Cartpole observations and reward."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import VecTask
+
+
+class Cartpole(VecTask):
+    """Keep a pole upright on a cart: the quick learnability check of the SFP trainer, no simulator needed.
+
+    The dynamics are the classic cart-pole equations (Barto, Sutton & Anderson 1983; a uniform rod on a
+    frictionless cart) integrated with semi-implicit Euler at ``SIM_DT`` = 1/60 s, ``SUBSTEPS`` = 2 per
+    control step (OmniIsaacGymEnvs' ``dt`` and ``controlFrequencyInv``). Observation: cart position (m),
+    cart velocity (m/s), pole angle (rad, 0 upright, positive leaning towards +x) and pole angular velocity
+    (rad/s). Action: one force in [-1, 1] (clipped) times ``max_effort``. Reward, as OmniIsaacGymEnvs'
+    Cartpole: ``1 - angle^2 - 0.01 |cart_vel| - 0.005 |pole_vel|``, or -2 on the step that terminates the
+    episode (the cart beyond ``reset_dist`` or the pole past horizontal). Initial states are OmniIsaacGymEnvs'
+    reset: cart position in +-1 m, pole angle in +-pi/8, both velocities in +-0.5, uniform.
+
+    :param num_envs: Number of cart-poles.
+    :param device: Torch device of the state.
+    :param seed: Seed of the task's generator.
+    :param max_episode_length: Control steps before truncation (500, ~16.7 s).
+    :param reset_dist: Cart distance from the origin (m) that terminates an episode.
+    :param max_effort: Force (N) applied by an action of 1; 10 N accelerates the 1.1 kg cart-pole at
+        ~9 m/s^2, enough to catch the pole from any initial state.
+    :param validate_actions: Reject non-finite actions (one host synchronisation per step).
+    """
+
+    GRAVITY = 9.81  # m/s^2
+    CART_MASS = 1.0  # kg
+    POLE_MASS = 0.1  # kg
+    POLE_HALF_LENGTH = 0.5  # m, pivot to the pole's centre of mass
+    SIM_DT = 1.0 / 60.0  # s per physics substep
+    SUBSTEPS = 2  # physics substeps per control step
+    TERMINATION_REWARD = -2.0
+    INITIAL_RANGES = (1.0, 0.5, math.pi / 8, 0.5)  # half-widths of the uniform initial state
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        *,
+        max_episode_length: int = 500,
+        reset_dist: float = 3.0,
+        max_effort: float = 10.0,
+        validate_actions: bool = True,
+    ) -> None:
+        self.reset_dist = float(reset_dist)
+        self.max_effort = float(max_effort)
+        self._initial_ranges = torch.tensor(self.INITIAL_RANGES, device=device)
+        super().__init__(
+            num_envs,
+            device,
+            seed,
+            max_episode_length=max_episode_length,
+            observation_size=4,
+            action_size=1,
+            action_bound=1.0,
+            validate_actions=validate_actions,
+        )
+
+    @property
+    def max_episode_return(self) -> float:
+        """Upper bound of an episode's return (reward 1 per step); trained policies get ~498 from random starts."""
+        return float(self.max_episode_length)
+
+    def _sample_initial_state(self) -> torch.Tensor:
+        unit = torch.rand((self.num_envs, 4), generator=self.generator, device=self.device)
+        return (2.0 * unit - 1.0) * self._initial_ranges
+
+    def _advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        force = self.max_effort * actions[:, 0].clamp(-1.0, 1.0)
+        x, x_dot, theta, theta_dot = self.state.unbind(-1)
+        for _ in range(self.SUBSTEPS):
+            x_acc, theta_acc = self._accelerations(theta, theta_dot, force)
+            x_dot = x_dot + self.SIM_DT * x_acc
+            theta_dot = theta_dot + self.SIM_DT * theta_acc
+            x = x + self.SIM_DT * x_dot
+            theta = theta + self.SIM_DT * theta_dot
+        self.state = torch.stack((x, x_dot, theta, theta_dot), dim=-1)
+
+        terminated = (x.abs() > self.reset_dist) | (theta.abs() > math.pi / 2)
+        reward = 1.0 - theta.square() - 0.01 * x_dot.abs() - 0.005 * theta_dot.abs()
+        reward = torch.where(terminated, self.TERMINATION_REWARD, reward)
+        return reward, terminated
+
+    def _accelerations(
+        self, theta: torch.Tensor, theta_dot: torch.Tensor, force: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cart and pole accelerations of the classic equations for a force (N) on the cart."""
+        total_mass = self.CART_MASS + self.POLE_MASS
+        sin, cos = theta.sin(), theta.cos()
+        pole_moment = self.POLE_MASS * self.POLE_HALF_LENGTH
+        temp = (force + pole_moment * theta_dot.square() * sin) / total_mass
+        theta_acc = (self.GRAVITY * sin - cos * temp) / (
+            self.POLE_HALF_LENGTH * (4.0 / 3.0 - self.POLE_MASS * cos.square() / total_mass)
+        )
+        x_acc = temp - pole_moment * theta_acc * cos / total_mass
+        return x_acc, theta_acc
+
+    def _observations(self) -> torch.Tensor:
+        return self.state

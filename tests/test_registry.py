@@ -1,0 +1,134 @@
+"""The task registry: specs, lookups and their errors, and make_env for embedded and Gymnasium tasks."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from skrl.envs.wrappers.torch import Wrapper
+
+from omni_sfp import registry
+from omni_sfp.envs.embedded import EmbeddedEnvWrapper
+from omni_sfp.registry import TaskSpec, UnknownTaskError, get_task, list_tasks, make_env, register_task
+from omni_sfp.tasks.base import VecTask
+
+BUILT_IN = ["Cartpole", "ConstantCost", "LQR60x8"]
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """Registrations made by a test vanish with it."""
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+
+
+def simulator_factory(name, *, num_envs, device, seed, headless, task_cfg):
+    """Stands in for make_oige_env / make_isaaclab_env: records how make_env called it."""
+    return {"name": name, "num_envs": num_envs, "device": device, "seed": seed, "headless": headless, **task_cfg}
+
+
+def test_built_in_tasks_are_listed_and_build_as_vec_tasks():
+    assert list_tasks() == BUILT_IN
+    assert list_tasks("embedded") == BUILT_IN
+    assert list_tasks("isaaclab") == []
+    for name in BUILT_IN:
+        assert get_task(name).entry_point.startswith("omni_sfp.tasks.")
+        assert isinstance(make_env(name, num_envs=2, device="cpu", seed=0).unwrapped, VecTask)
+
+
+def test_list_tasks_rejects_unknown_kinds():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        list_tasks("mujoco")
+
+
+def test_unknown_task_message_names_it_suggests_close_matches_and_lists_known_tasks():
+    with pytest.raises(UnknownTaskError) as error:
+        get_task("Cartpol")
+    message = str(error.value)
+    assert isinstance(error.value, ValueError)
+    assert "\n" not in message
+    assert "'Cartpol'" in message and "did you mean 'Cartpole'" in message
+    assert all(name in message for name in BUILT_IN)
+    with pytest.raises(UnknownTaskError, match="did you mean 'gym:Pendulum-v1'"):
+        get_task("gym:Pendulm-v1")
+    with pytest.raises(UnknownTaskError, match="unknown task 'Humanoid'"):
+        make_env("Humanoid", num_envs=2, device="cpu", seed=0)
+
+
+def test_gymnasium_ids_resolve_without_registration():
+    spec = get_task("gym:Pendulum-v1")
+    assert (spec.kind, spec.entry_point) == ("gymnasium", "gymnasium:make_vec")
+    assert "gym:Pendulum-v1" not in list_tasks()
+
+
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        (("X", "mujoco", "pkg.mod:Task", ""), "kind must be one of"),
+        (("X", "embedded", "pkg.mod.Task", ""), "'module:attr'"),
+        (("X", "embedded", "os:system('ls')", ""), "'module:attr'"),
+        (("X", "gymnasium", "gymnasium:make_vec", ""), "starts with 'gym:'"),
+        (("gym:X", "embedded", "pkg.mod:Task", ""), "starts with 'gym:'"),
+    ],
+)
+def test_task_spec_rejects_malformed_fields(fields, problem):
+    with pytest.raises(ValueError, match=problem):
+        TaskSpec(*fields)
+
+
+def test_register_task_is_idempotent_but_refuses_a_second_meaning(scratch_registry):
+    spec = TaskSpec("Ant", "oige", f"{__name__}:simulator_factory", "an Ant")
+    assert register_task(spec) is spec
+    register_task(TaskSpec("Ant", "oige", f"{__name__}:simulator_factory", "an Ant"))
+    assert list_tasks("oige") == ["Ant"]
+    with pytest.raises(ValueError, match="already registered"):
+        register_task(TaskSpec("Ant", "isaaclab", f"{__name__}:simulator_factory", "another Ant"))
+
+
+def test_simulator_tasks_call_their_factory_with_make_env_arguments(scratch_registry):
+    register_task(TaskSpec("Ant", "isaaclab", f"{__name__}:simulator_factory", "an Ant", kwargs={"a": 1, "b": 2}))
+    made = make_env("Ant", num_envs=3, device="cpu", seed=7, headless=False, task_cfg={"b": 5})
+    assert made == {"name": "Ant", "num_envs": 3, "device": "cpu", "seed": 7, "headless": False, "a": 1, "b": 5}
+
+
+def test_make_env_builds_embedded_tasks_with_task_cfg_over_defaults():
+    env = make_env("Cartpole", num_envs=4, device="cpu", seed=3, task_cfg={"max_episode_length": 7})
+    assert isinstance(env, EmbeddedEnvWrapper)
+    assert (env.num_envs, env.max_episode_length, env.unwrapped.seed) == (4, 7, 3)
+    with pytest.raises(ValueError, match="'Cartpole' does not take max_effrot; it takes .*max_effort"):
+        make_env("Cartpole", num_envs=4, device="cpu", seed=3, task_cfg={"max_effrot": 1.0})
+    with pytest.raises(ValueError, match="num_envs"):
+        make_env("Cartpole", num_envs=0, device="cpu", seed=3)
+
+
+def test_gymnasium_pendulum_steps_through_make_env_with_skrl_shapes():
+    env = make_env("gym:Pendulum-v1", num_envs=3, device="cpu", seed=0, task_cfg={"g": 9.81})
+    assert isinstance(env, Wrapper)
+    assert (env.num_envs, env.device) == (3, torch.device("cpu"))
+    assert env.observation_space.shape == (3,) and env.action_space.shape == (1,)
+    obs, _ = env.reset()
+    assert obs.shape == (3, 3)
+    for step in range(1, 201):  # Pendulum's time limit is 200 steps
+        obs, reward, terminated, truncated, _ = env.step(torch.zeros(3, 1))
+        assert obs.shape == (3, 3) and reward.shape == (3, 1) and reward.dtype == torch.float32
+        assert terminated.shape == truncated.shape == (3, 1) and terminated.dtype == torch.bool
+        assert truncated.all() == (step == 200)
+    env.close()
+
+
+def test_gymnasium_envs_are_seeded_by_make_env():
+    def first_obs(seed):
+        return make_env("gym:Pendulum-v1", num_envs=2, device="cpu", seed=seed).reset()[0]
+
+    assert torch.equal(first_obs(5), first_obs(5))
+    assert not torch.equal(first_obs(5), first_obs(6))
+
+
+def test_listing_tasks_imports_neither_torch_nor_a_simulator():
+    code = (
+        "import sys, omni_sfp.registry as r; r.list_tasks(); "
+        "print(sorted({'torch', 'skrl', 'gymnasium'} & set(sys.modules)))"
+    )
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True)
+    assert result.stdout.strip() == "[]"
