@@ -1,0 +1,103 @@
+"""skrl 2 wrapper of OmniIsaacGymEnvs' ``VecEnvRLGames`` (skrl 2.0 removed its ``omniverse-isaacgym`` wrapper)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import torch
+from skrl import config
+from skrl.envs.wrappers.torch.base import Wrapper
+
+
+class OmniIsaacGymWrapper(Wrapper):
+    """Expose an OmniIsaacGymEnvs env to skrl 2: ``(obs, reward (N,1), terminated (N,1), truncated (N,1), info)``.
+
+    The wrapped env speaks OmniIsaacGymEnvs 4.0.0's ``VecEnvRLGames`` protocol (over Isaac Sim's
+    ``omni.isaac.gym.vec_env.VecEnvBase``):
+
+    - ``num_envs``; ``observation_space``, ``action_space`` (per-env ``gym`` or ``gymnasium`` Boxes);
+      ``num_states`` and ``state_space`` (a privileged critic state when ``num_states > 0``);
+      ``_task.rl_device``, the device of every tensor it returns.
+    - ``reset() -> {"obs": (N, obs), "states": (N, states)}``: flags every env for reset and takes one step.
+    - ``step(actions) -> ({"obs", "states"}, rew (N,), resets (N,) long, extras)``; ``extras["time_outs"]``
+      (optional, (N,)) marks the resets caused by the episode length limit.
+
+    Mapping: ``terminated = resets & ~time_outs``, ``truncated = resets & time_outs`` (a task without
+    ``time_outs`` only terminates). Resets are the env's own: a task resets the envs it flagged at the start of
+    its next step, so the observation returned with a reset is the episode's last one (what skrl's
+    ``time_limit_bootstrap`` needs) and this wrapper never calls ``reset()`` after the first. Tensors are
+    copied out: OmniIsaacGymEnvs tasks write their buffers in place, and skrl (and the single-forward-pass
+    cache's identity check) must not see a returned tensor change under them.
+    """
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        task = getattr(env, "_task", None)
+        if task is not None and hasattr(task, "rl_device"):
+            self._device = config.torch.parse_device(task.rl_device)
+        self._observation_space = _gymnasium_space(env.observation_space)
+        self._action_space = _gymnasium_space(env.action_space)
+        num_states = int(getattr(env, "num_states", 0) or 0)
+        self._state_space = _gymnasium_space(env.state_space) if num_states > 0 else None
+        self._reset_once = True
+        self._observations: torch.Tensor | None = None
+        self._states: torch.Tensor | None = None
+        self._info: dict[str, Any] = {}
+
+    @property
+    def observation_space(self) -> gymnasium.Space:
+        return self._observation_space
+
+    @property
+    def action_space(self) -> gymnasium.Space:
+        return self._action_space
+
+    @property
+    def state_space(self) -> gymnasium.Space | None:
+        return self._state_space
+
+    def reset(self) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Reset every env the first time; afterwards return the latest observations (the env auto-resets)."""
+        if self._reset_once:
+            self._take(self._env.reset())
+            self._reset_once = False
+        return self._observations, self._info
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        obs_dict, rewards, resets, extras = self._env.step(actions)
+        self._take(obs_dict)
+        self._info = extras
+        done = resets.view(-1, 1).to(torch.bool)
+        time_outs = extras.get("time_outs") if isinstance(extras, dict) else None
+        if time_outs is None:
+            truncated = torch.zeros_like(done)
+        else:
+            truncated = done & time_outs.view(-1, 1).to(device=done.device, dtype=torch.bool)
+        terminated = done & ~truncated
+        return self._observations, rewards.view(-1, 1).clone(), terminated, truncated, self._info
+
+    def state(self) -> torch.Tensor | None:
+        return self._states
+
+    def render(self, *args, **kwargs) -> None:
+        """Isaac Sim renders inside ``step`` when not headless; nothing to do."""
+        return None
+
+    def close(self) -> None:
+        """Close the env, which closes Isaac Sim's SimulationApp."""
+        self._env.close()
+
+    def _take(self, obs_dict: dict[str, torch.Tensor]) -> None:
+        self._observations = obs_dict["obs"].clone()
+        states = obs_dict.get("states")
+        self._states = states.clone() if self._state_space is not None and states is not None else None
+
+
+def _gymnasium_space(space: Any) -> gymnasium.Space:
+    # OmniIsaacGymEnvs' RLTask builds its spaces with the old `gym` package
+    if isinstance(space, gymnasium.Space):
+        return space
+    from skrl.utils.spaces.torch import convert_gym_space
+
+    return convert_gym_space(space)

@@ -1,0 +1,506 @@
+"""omni_sfp.envs.oige: the skrl 2 wrapper against a faithful VecEnvRLGames double, and the task registration /
+config composition against a synthetic OmniIsaacGymEnvs package layout (no Isaac Sim here)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from skrl.envs.wrappers.torch import Wrapper
+
+from omni_sfp import registry
+from omni_sfp.envs import oige
+from omni_sfp.envs.oige_wrapper import OmniIsaacGymWrapper
+
+NUM_ENVS = 6
+OBS, ACT = 4, 1
+
+
+class PointMassTask:
+    """Stand-in for an OmniIsaacGymEnvs ``RLTask`` (omniisaacgymenvs/tasks/base/rl_task.py, OIGE 4.0.0) with the
+    behaviour the wrapper depends on, written the way OIGE's tasks are (e.g. tasks/cartpole.py):
+
+    - buffers made once in ``cleanup()`` and written in place every step: ``obs_buf`` (N, num_observations)
+      float, ``states_buf`` (N, num_states) float, ``rew_buf`` (N,) float, ``reset_buf`` (N,) long,
+      ``progress_buf`` (N,) long, ``extras`` dict;
+    - ``reset()`` flags every env (``reset_buf`` = 1); ``pre_physics_step(actions)`` first resets the envs
+      flagged by the previous step (``reset_idx``: new state, ``reset_buf``/``progress_buf`` = 0), then applies
+      the actions; ``post_physics_step()`` increments ``progress_buf`` and runs ``get_observations``,
+      ``get_states``, ``calculate_metrics``, ``is_done`` (``reset_buf`` includes the time-outs) and sets
+      ``extras["time_outs"]``, returning ``(obs_buf, rew_buf, reset_buf, extras)``;
+    - ``clip_obs``, ``clip_actions``, ``rl_device``, ``num_actions``, ``num_states`` and per-env Boxes.
+
+    Dynamics (the "world"): a point mass, x' = x + 0.1 v, v' = v + 0.1 * 10 a; it fails past |x| > 2.
+    """
+
+    def __init__(self, num_envs, *, num_states=0, max_episode_length=5, device="cpu", seed=0):
+        self._num_envs = num_envs
+        self.num_observations, self.num_actions, self.num_states = OBS, ACT, num_states
+        self.max_episode_length = max_episode_length
+        self.clip_obs, self.clip_actions = 5.0, 1.0
+        self.rl_device = self._device = device
+        self.generator = torch.Generator().manual_seed(seed)
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (ACT,), np.float32)
+        self.state_space = gymnasium.spaces.Box(-np.inf, np.inf, (num_states,), np.float32)
+        self.reset_calls = 0  # reset_idx calls, i.e. envs actually reset
+        self.cleanup()
+        self.position = torch.zeros(num_envs)
+        self.velocity = torch.zeros(num_envs)
+
+    @property
+    def num_envs(self):
+        return self._num_envs
+
+    def cleanup(self):
+        n = self._num_envs
+        self.obs_buf = torch.zeros((n, self.num_observations), dtype=torch.float)
+        self.states_buf = torch.zeros((n, self.num_states), dtype=torch.float)
+        self.rew_buf = torch.zeros(n, dtype=torch.float)
+        self.reset_buf = torch.ones(n, dtype=torch.long)
+        self.progress_buf = torch.zeros(n, dtype=torch.long)
+        self.extras = {}
+
+    def reset(self):
+        self.reset_buf = torch.ones_like(self.reset_buf)
+
+    def reset_idx(self, env_ids):
+        self.reset_calls += 1
+        self.position[env_ids] = 0.2 * (torch.rand(len(env_ids), generator=self.generator) - 0.5)
+        self.velocity[env_ids] = 0.0
+        self.reset_buf[env_ids] = 0
+        self.progress_buf[env_ids] = 0
+
+    def pre_physics_step(self, actions):
+        env_ids = self.reset_buf.nonzero(as_tuple=False).squeeze(-1)
+        if len(env_ids) > 0:
+            self.reset_idx(env_ids)
+        self.actions = actions.clone()
+
+    def physics_step(self):
+        self.position += 0.1 * self.velocity
+        self.velocity += 0.1 * 10.0 * self.actions[:, 0]
+
+    def post_physics_step(self):
+        self.progress_buf[:] += 1
+        self.get_observations()
+        self.get_states()
+        self.calculate_metrics()
+        self.is_done()
+        return self.obs_buf, self.rew_buf, self.reset_buf, self.extras
+
+    def get_observations(self):
+        self.obs_buf[:, 0] = self.position
+        self.obs_buf[:, 1] = self.velocity
+        self.obs_buf[:, 2] = self.progress_buf.float()
+        self.obs_buf[:, 3] = 1.0
+
+    def get_states(self):
+        if self.num_states:
+            self.states_buf[:, 0] = self.position
+            self.states_buf[:, 1:] = 3.0
+        return self.states_buf
+
+    def calculate_metrics(self):
+        self.rew_buf[:] = 1.0 - self.position**2
+
+    def is_done(self):
+        failed = self.position.abs() > 2.0
+        timed_out = self.progress_buf >= self.max_episode_length
+        self.reset_buf[:] = (failed | timed_out).long()
+        self.extras["time_outs"] = timed_out & ~failed
+
+
+class VecEnvRLGamesDouble(gymnasium.Env):
+    """Test double of OmniIsaacGymEnvs 4.0.0's ``VecEnvRLGames`` (omniisaacgymenvs/envs/vec_env_rlgames.py),
+    an Isaac Sim ``omni.isaac.gym.vec_env.VecEnvBase`` (a ``gymnasium.Env``), minus Isaac Sim:
+
+    - ``set_task(task)`` stores the task and copies ``observation_space`` / ``action_space`` (VecEnvBase),
+      ``num_states`` / ``state_space`` (VecEnvRLGames); ``num_envs`` is a property;
+    - ``step(actions)``: clamp to ``clip_actions``, ``task.pre_physics_step``, the world steps
+      (``control_frequency_inv`` times), ``task.post_physics_step()``, ``task.get_states()``; then
+      ``_process_data``: obs and states clamped to ``clip_obs`` (new tensors, as ``torch.clamp`` makes),
+      rewards and resets passed as the task's own buffers; returns ``({"obs", "states"}, rew, resets, extras)``;
+    - ``reset()``: ``task.reset()`` then ``step(zeros)``, returning the obs dict;
+    - ``close()`` closes the app (here: records it).
+
+    ``clamp=False`` returns the task's observation buffer itself, the harsher case for aliasing.
+    """
+
+    def __init__(self, task, *, clamp=True, control_frequency_inv=2):
+        self._task = None
+        self.clamp = clamp
+        self.control_frequency_inv = control_frequency_inv
+        self.reset_calls = self.step_calls = 0
+        self.closed = False
+        self.set_task(task)
+
+    def set_task(self, task):
+        self._task = task
+        self._num_envs = task.num_envs
+        self.observation_space = task.observation_space
+        self.action_space = task.action_space
+        self.num_states = task.num_states
+        self.state_space = task.state_space
+
+    @property
+    def num_envs(self):
+        return self._num_envs
+
+    def step(self, actions):
+        self.step_calls += 1
+        task = self._task
+        actions = torch.clamp(actions, -task.clip_actions, task.clip_actions).to(task._device)
+        task.pre_physics_step(actions)
+        for _ in range(self.control_frequency_inv):
+            task.physics_step()
+        obs, rew, resets, extras = task.post_physics_step()
+        states = task.get_states()
+        if self.clamp:
+            obs = torch.clamp(obs, -task.clip_obs, task.clip_obs).to(task.rl_device)
+            states = torch.clamp(states, -task.clip_obs, task.clip_obs).to(task.rl_device)
+        return {"obs": obs, "states": states}, rew.to(task.rl_device), resets.to(task.rl_device), extras
+
+    def reset(self, seed=None, options=None):
+        self.reset_calls += 1
+        self._task.reset()
+        actions = torch.zeros((self.num_envs, self._task.num_actions), device=self._task.rl_device)
+        obs_dict, _, _, _ = self.step(actions)
+        return obs_dict
+
+    def render(self, mode="human"):
+        raise AssertionError("the wrapper must not render: Isaac Sim renders inside step")
+
+    def close(self):
+        self.closed = True
+
+
+def make(num_states=0, max_episode_length=5, clamp=True, seed=0):
+    double = VecEnvRLGamesDouble(
+        PointMassTask(NUM_ENVS, num_states=num_states, max_episode_length=max_episode_length, seed=seed), clamp=clamp
+    )
+    return OmniIsaacGymWrapper(double), double
+
+
+def test_wrapper_exposes_the_env_to_skrl():
+    env, double = make()
+    assert isinstance(env, Wrapper)
+    assert env.num_envs == NUM_ENVS
+    assert env.device == torch.device("cpu")  # the task's rl_device, not skrl's default
+    assert env.observation_space.shape == (OBS,) and env.action_space.shape == (ACT,)
+    assert env.state_space is None  # num_states == 0: no privileged state
+    assert env.render() is None
+    env.close()
+    assert double.closed
+
+
+def test_reset_once_returns_obs_then_the_env_resets_itself():
+    env, double = make()
+    obs, info = env.reset()
+    assert obs.shape == (NUM_ENVS, OBS) and obs.dtype == torch.float32 and isinstance(info, dict)
+    again, _ = env.reset()  # skrl's trainer may call reset again: no second env reset
+    assert double.reset_calls == 1 and torch.equal(again, obs)
+
+
+def test_step_shapes_dtypes_and_devices():
+    env, _ = make()
+    env.reset()
+    obs, reward, terminated, truncated, info = env.step(torch.zeros(NUM_ENVS, ACT))
+    assert obs.shape == (NUM_ENVS, OBS) and obs.dtype == torch.float32
+    assert reward.shape == (NUM_ENVS, 1) and reward.dtype == torch.float32
+    assert terminated.shape == truncated.shape == (NUM_ENVS, 1)
+    assert terminated.dtype == truncated.dtype == torch.bool
+    assert all(t.device == env.device for t in (obs, reward, terminated, truncated))
+    assert "time_outs" in info  # extras pass through as info
+
+
+def test_time_outs_are_truncations_and_failures_terminations():
+    env, _ = make(max_episode_length=5)
+    env.reset()  # the reset step counts: progress is 1
+    push = torch.zeros(NUM_ENVS, ACT)
+    push[:2] = 1.0  # envs 0 and 1 accelerate out of |x| <= 2 before the time limit
+    flags = [env.step(push)[2:4] for _ in range(4)]  # progress 2..5: the time limit is the 4th step
+    terminated = torch.stack([f[0][:, 0] for f in flags])  # (steps, envs)
+    truncated = torch.stack([f[1][:, 0] for f in flags])
+    assert terminated[:, :2].any(dim=0).all() and not truncated[:, :2].any()  # failed: terminated only
+    assert not terminated[:, 2:].any()
+    assert truncated[-1, 2:].all() and not truncated[:-1, 2:].any()  # time-outs, exactly at the limit
+    assert not (terminated & truncated).any()
+
+
+def test_no_time_outs_key_means_no_truncation():
+    env, double = make(max_episode_length=2)
+    double._task.is_done = lambda: double._task.reset_buf.__setitem__(
+        slice(None), (double._task.progress_buf >= 2).long()
+    )  # an OIGE task that never sets extras["time_outs"]
+    double._task.extras.clear()
+    env.reset()
+    _, _, terminated, truncated, _ = env.step(torch.zeros(NUM_ENVS, ACT))
+    assert terminated.all() and not truncated.any()
+
+
+def test_auto_reset_passes_through():
+    env, double = make(max_episode_length=3)
+    env.reset()
+    zeros = torch.zeros(NUM_ENVS, ACT)
+    env.step(zeros)
+    last_obs, _, _, truncated, _ = env.step(zeros)  # progress 3: every env times out
+    assert truncated.all()
+    assert (last_obs[:, 2] == 3).all()  # the observation that comes with the reset is the episode's last
+    first_obs = env.step(zeros)[0]
+    assert (first_obs[:, 2] == 1).all()  # the env reset itself at the start of the next step
+    assert double.reset_calls == 1  # ... without the wrapper calling reset()
+    assert double._task.reset_calls == 2  # the initial reset, then the lazy one
+
+
+@pytest.mark.parametrize("clamp", [True, False], ids=["VecEnvRLGames", "raw-task-buffers"])
+def test_returned_tensors_do_not_change_under_the_caller(clamp):
+    env, _ = make(clamp=clamp)
+    env.reset()
+    obs, reward, *_ = env.step(torch.ones(NUM_ENVS, ACT))
+    kept_obs, kept_reward = obs.clone(), reward.clone()
+    next_obs, *_ = env.step(torch.ones(NUM_ENVS, ACT))  # the task rewrites obs_buf and rew_buf in place
+    assert torch.equal(obs, kept_obs) and torch.equal(reward, kept_reward)
+    assert next_obs is not obs and not torch.equal(next_obs, obs)
+
+
+def test_privileged_states_come_through_state():
+    env, _ = make(num_states=3)
+    assert env.state_space.shape == (3,)
+    env.reset()
+    states = env.state()
+    assert states.shape == (NUM_ENVS, 3) and (states[:, 1:] == 3.0).all()
+    env.step(torch.zeros(NUM_ENVS, ACT))
+    assert env.state() is not states  # a copy per step
+
+
+def test_skrl_ppo_trains_a_few_iterations_on_it():
+    from skrl.agents.torch.ppo import PPO, PPO_CFG
+    from skrl.memories.torch import RandomMemory
+    from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
+    from skrl.trainers.torch import SequentialTrainer
+
+    class Policy(GaussianMixin, Model):
+        def __init__(self, observation_space, action_space, device):
+            Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+            GaussianMixin.__init__(self, clip_actions=False)
+            self.net = torch.nn.Sequential(torch.nn.Linear(OBS, 16), torch.nn.Tanh(), torch.nn.Linear(16, ACT))
+            self.log_std = torch.nn.Parameter(torch.zeros(ACT))
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {"log_std": self.log_std}
+
+    class Value(DeterministicMixin, Model):
+        def __init__(self, observation_space, action_space, device):
+            Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
+            DeterministicMixin.__init__(self)
+            self.net = torch.nn.Sequential(torch.nn.Linear(OBS, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    torch.manual_seed(0)
+    env, double = make(max_episode_length=4)
+    cfg = PPO_CFG(rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=1e-3, time_limit_bootstrap=True)
+    cfg.experiment.write_interval = 0
+    cfg.experiment.checkpoint_interval = 0
+    spaces = dict(observation_space=env.observation_space, action_space=env.action_space, device=env.device)
+    models = {"policy": Policy(**spaces), "value": Value(**spaces)}
+    memory = RandomMemory(memory_size=cfg.rollouts, num_envs=env.num_envs, device=env.device)
+    agent = PPO(models=models, memory=memory, cfg=cfg, **spaces)
+    before = [p.detach().clone() for p in models["policy"].parameters()]
+    trainer_cfg = {"timesteps": 3 * cfg.rollouts, "headless": True, "disable_progressbar": True,
+                   "close_environment_at_exit": False}
+    SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
+    after = list(models["policy"].parameters())
+    assert double.reset_calls == 1 and double.step_calls == 1 + 3 * cfg.rollouts
+    assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))  # three PPO updates happened
+    assert all(torch.isfinite(p).all() for p in after)
+
+
+# ---- registration and config composition (OmniIsaacGymEnvs' file layout, synthetic) --------------------
+
+CONFIG_YAML = """\
+task_name: ${task.name}
+experiment: ''
+num_envs: ''
+seed: 42
+torch_deterministic: False
+max_iterations: ''
+physics_engine: 'physx'
+pipeline: 'gpu'
+sim_device: 'gpu'
+device_id: 0
+rl_device: 'cuda:0'
+multi_gpu: False
+num_threads: 4
+solver_type: 1
+test: False
+checkpoint: ''
+headless: False
+enable_livestream: False
+wandb_name: ${train.params.config.name}
+warp: False
+defaults:
+  - _self_
+  - task: Cartpole
+  - train: ${task}PPO
+hydra:
+  output_subdir: null
+"""
+
+TASK_YAML = """\
+name: {name}
+physics_engine: ${{..physics_engine}}
+env:
+  numEnvs: ${{resolve_default:512,${{...num_envs}}}}
+  envSpacing: 4.0
+sim:
+  use_gpu_pipeline: ${{eq:${{...pipeline}},"gpu"}}
+  physx:
+    use_gpu: ${{eq:${{....sim_device}},"gpu"}}
+    worker_thread_count: ${{....num_threads}}
+"""
+
+TRAIN_YAML = """\
+params:
+  config:
+    name: ${{resolve_default:{name},${{....experiment}}}}
+"""
+
+
+@pytest.fixture
+def oige_package(tmp_path):
+    """A folder laid out like the omniisaacgymenvs package: cfg/config.yaml, cfg/task/*.yaml, cfg/train/*.yaml."""
+    package = tmp_path / "omniisaacgymenvs"
+    (package / "cfg" / "task").mkdir(parents=True)
+    (package / "cfg" / "train").mkdir(parents=True)
+    (package / "cfg" / "config.yaml").write_text(CONFIG_YAML)
+    for name in ("Cartpole", "Ant", "AntSAC", "FactoryBase"):  # FactoryBase: a base config, not a task
+        (package / "cfg" / "task" / f"{name}.yaml").write_text(TASK_YAML.format(name=name.replace("SAC", "")))
+    for name in ("CartpolePPO", "AntPPO", "AntSAC"):  # AntSAC: a SAC config, no PPO one
+        (package / "cfg" / "train" / f"{name}.yaml").write_text(TRAIN_YAML.format(name=name))
+    return package
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+
+
+def test_task_names_are_those_with_a_ppo_config(oige_package):
+    assert oige.task_names(oige_package) == ["Ant", "Cartpole"]
+
+
+def test_register_oige_tasks_keeps_names_and_prefixes_taken_ones(oige_package, scratch_registry):
+    assert "Cartpole" in registry.list_tasks("embedded")
+    names = oige.register_oige_tasks(oige_package)
+    assert names == ["Ant", "OIGE-Cartpole"]
+    assert registry.list_tasks("oige") == ["Ant", "OIGE-Cartpole"]
+    spec = registry.get_task("Ant")
+    assert spec.kind == "oige" and spec.entry_point == "omni_sfp.envs.oige:make_oige_env"
+    assert oige.register_oige_tasks(oige_package) == names  # idempotent
+    assert registry.get_task("Cartpole").kind == "embedded"
+
+
+def test_register_without_oige_installed_registers_nothing(monkeypatch, scratch_registry):
+    monkeypatch.setattr(oige, "package_dir", lambda: None)
+    assert oige.register_oige_tasks() == [] and registry.list_tasks("oige") == []
+
+
+def test_oige_config_resolves_like_rlgames_train(oige_package):
+    keys = oige.devices("cuda:1", cuda_available=True)
+    cfg = oige.oige_config(
+        "Ant", num_envs=64, seed=7, headless=True, device_keys=keys, package=oige_package,
+        task_cfg={"env": {"envSpacing": 2.5}},
+    )
+    assert cfg["task_name"] == "Ant" and cfg["seed"] == 7 and cfg["headless"] is True and cfg["test"] is False
+    assert cfg["task"]["env"] == {"numEnvs": 64, "envSpacing": 2.5}
+    assert cfg["task"]["sim"]["use_gpu_pipeline"] is True and cfg["task"]["sim"]["physx"]["use_gpu"] is True
+    assert (cfg["device_id"], cfg["rl_device"]) == (1, "cuda:1")
+    assert cfg["wandb_name"] == "AntPPO" and "defaults" not in cfg and "hydra" not in cfg
+
+    cpu = oige.oige_config("Cartpole", num_envs=8, seed=0, headless=True, device_keys=oige.devices("cpu", True),
+                           package=oige_package)
+    assert cpu["task"]["sim"]["use_gpu_pipeline"] is False and cpu["rl_device"] == "cpu"
+
+
+def test_oige_config_names_unknown_tasks(oige_package):
+    with pytest.raises(oige.OIGEError, match=r"no task 'Humanoid'; its tasks: Ant, Cartpole"):
+        oige.oige_config("Humanoid", num_envs=1, seed=0, headless=True, device_keys={}, package=oige_package)
+
+
+@pytest.mark.parametrize(
+    "device, expected",
+    [
+        ("auto", {"pipeline": "gpu", "sim_device": "gpu", "device_id": 0, "rl_device": "cuda:0"}),
+        ("cuda", {"pipeline": "gpu", "sim_device": "gpu", "device_id": 0, "rl_device": "cuda:0"}),
+        ("cuda:2", {"pipeline": "gpu", "sim_device": "gpu", "device_id": 2, "rl_device": "cuda:2"}),
+        ("cpu", {"pipeline": "cpu", "sim_device": "cpu", "device_id": 0, "rl_device": "cpu"}),
+    ],
+)
+def test_devices(device, expected):
+    assert oige.devices(device, cuda_available=True) == expected
+
+
+def test_devices_auto_without_cuda_is_cpu_and_bad_devices_are_named():
+    assert oige.devices("auto", cuda_available=False)["pipeline"] == "cpu"
+    with pytest.raises(oige.OIGEError, match=r"device='tpu' is not allowed"):
+        oige.devices("tpu", cuda_available=True)
+
+
+def test_make_oige_env_without_oige_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(oige, "package_dir", lambda: None)
+    with pytest.raises(oige.OIGEError, match="pip install -e OmniIsaacGymEnvs"):
+        oige.make_oige_env("Ant", num_envs=4, device="cpu", seed=0)
+
+
+def test_default_experience_needs_a_checkout_named_like_the_extension(monkeypatch, tmp_path):
+    kit = tmp_path / "omni.sfp" / "config" / "omni.sfp.train.kit"
+    kit.parent.mkdir(parents=True)
+    kit.write_text("")
+    monkeypatch.setattr(oige, "KIT_APP", kit)
+    assert oige.default_experience(headless=True) == str(kit)
+    assert oige.default_experience(headless=False) is None  # the .kit file is headless-only
+    other = tmp_path / "omni-sfp" / "config" / "omni.sfp.train.kit"
+    other.parent.mkdir(parents=True)
+    other.write_text("")
+    monkeypatch.setattr(oige, "KIT_APP", other)
+    assert oige.default_experience(headless=True) is None  # Kit could not resolve the omni.sfp dependency
+
+
+def test_the_wrapper_is_reachable_from_the_light_module():
+    assert oige.OmniIsaacGymWrapper is OmniIsaacGymWrapper
+
+
+@pytest.mark.parametrize("module", ["omni_sfp.envs.oige", "omni_sfp.envs.isaaclab", "omni_sfp.panel_model"])
+def test_light_modules_import_neither_torch_nor_skrl_nor_omniverse(module):
+    code = textwrap.dedent(
+        f"""
+        import sys, {module}
+        heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'skrl', 'carb', 'omni', 'isaaclab')
+                       or m.startswith('omni.'))
+        print(heavy)
+        """
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root, env=env)
+    out = out.stdout
+    assert out.strip() == "[]", out
+
+
+def test_time_limit_values_are_what_skrl_bootstraps_with():
+    # The observation returned with a time-out is the episode's last: V(last obs) is the right bootstrap.
+    env, _ = make(max_episode_length=2)
+    env.reset()
+    obs, _, _, truncated, _ = env.step(torch.zeros(NUM_ENVS, ACT))
+    assert truncated.all() and (obs[:, 2] == 2).all() and math.isfinite(obs.sum().item())
