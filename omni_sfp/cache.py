@@ -9,6 +9,7 @@ same as when it was computed (see ``SingleForwardPass``). It knows torch, not sk
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Literal
 
@@ -102,10 +103,11 @@ class SingleForwardPass(nn.Module):
     an optimizer step, ``load_state_dict`` or any in-place change invalidates).
 
     Lifetime: an entry that carries an autograd graph is served at most once and is dropped at the next
-    call or mode change, so it never keeps a graph alive. A graph-free entry (no-grad rollouts, bootstrap
-    values) may serve its pair partner and any further identical call until the next miss: sharing it
-    cannot change a result, and it lets the time-limit bootstrap's lone value call on the next
-    observations be reused by the next step's policy *and* value calls. The content check is tried only
+    call or mode change, so it never keeps a graph alive; a backward pass through its output drops it too
+    (that backward frees the graph, which a later hit would hand out). A graph-free entry (no-grad
+    rollouts, bootstrap values) may serve its pair partner and any further identical call until the next
+    miss: sharing it cannot change a result, and it lets the time-limit bootstrap's lone value call on the
+    next observations be reused by the next step's policy *and* value calls. The content check is tried only
     against an entry not yet served, so steady-state rollouts read no tensor to decide a miss.
 
     The contract: a hit never changes what the caller computes. Outputs equal the uncached trunk's
@@ -151,6 +153,8 @@ class SingleForwardPass(nn.Module):
         output = self.trunk(x)
         self.stats.misses += 1
         self._entry = self._make_entry(x, output, context)
+        if self._entry is not None and self._entry.carries_graph:
+            output.register_hook(_drop_on_backward(self, self._entry))
         return output
 
     def clear(self) -> None:
@@ -235,6 +239,19 @@ class SingleForwardPass(nn.Module):
             context=context,
             carries_graph=output.requires_grad,
         )
+
+
+def _drop_on_backward(cache: SingleForwardPass, entry: _Entry):
+    """A gradient hook on a cached output: once a backward reaches it, the graph behind it is freed (unless
+    retained), so the entry must not be served again. Weak references only: no cycle keeps a graph alive."""
+    cache_ref, entry_ref = weakref.ref(cache), weakref.ref(entry)
+
+    def hook(grad: torch.Tensor) -> None:
+        owner = cache_ref()
+        if owner is not None and owner._entry is not None and owner._entry is entry_ref():
+            owner._entry = None
+
+    return hook
 
 
 def sfp_modules(model: nn.Module) -> list[SingleForwardPass]:

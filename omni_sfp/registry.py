@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 KINDS = ("embedded", "oige", "isaaclab", "gymnasium")
 GYM_PREFIX = "gym:"
+ISAACLAB_PREFIX = "Isaac-"
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -84,6 +85,10 @@ def get_task(name: str) -> TaskSpec:
         return _TASKS[name]
     if name.startswith(GYM_PREFIX):
         return _gymnasium_spec(name)
+    if name.startswith(ISAACLAB_PREFIX):  # Isaac Lab registers its ids only once Isaac Sim runs: resolve late
+        from omni_sfp.envs.isaaclab import ENTRY_POINT
+
+        return TaskSpec(name, "isaaclab", ENTRY_POINT, f"Isaac Lab {name} (resolved when Isaac Sim starts)")
     close = difflib.get_close_matches(name, list(_TASKS), n=3)
     hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
     raise UnknownTaskError(
@@ -193,3 +198,13 @@ register_task(
         "Benchmark task with fixed work per step (60 obs, 8 actions by default)",
     )
 )
+
+
+def _register_simulator_tasks() -> None:
+    """OmniIsaacGymEnvs tasks, when it is installed (read from its files: no simulator import)."""
+    from omni_sfp.envs.oige import register_oige_tasks
+
+    register_oige_tasks()
+
+
+_register_simulator_tasks()

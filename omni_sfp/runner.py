@@ -3,12 +3,22 @@
 The run folder ``runs/<task>/<timestamp>_<experiment>/`` alone reproduces a run: ``config.yaml`` (the
 resolved config), TensorBoard scalars, ``progress.jsonl`` (one line per iteration), ``checkpoints/``
 (``last.pt``, ``best.pt``, the newest ``iter_<n>.pt``) and ``learning_curve.png``.
+
+Resuming (``checkpoint=<file or run folder>``) restores everything the rest of the run depends on and
+continues the counters: iteration, timestep (TensorBoard's step), best return. With ``resume=true`` the run
+continues in the checkpoint's own run folder (``progress.jsonl`` and TensorBoard lines written after that
+checkpoint are dropped, so a run killed between checkpoints has no duplicate iterations); without it, a
+new run folder starts at the checkpoint's counters. Either way the rest of the run is the one an
+uninterrupted run would have made (tests/test_resume.py). In a multi-process run rank 0 alone writes the
+run folder; the checkpoint holds every rank's environments and RNG states.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
+import os
 import signal
 import sys
 import time
@@ -18,23 +28,34 @@ from typing import Any, Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
 
 from omni_sfp import checkpoint as ckpt
+from omni_sfp import distributed
 from omni_sfp.agent import SFPPPO, EpisodeTracker
-from omni_sfp.config import max_iterations, num_envs
+from omni_sfp.cache import SFPStats, sfp_modules
+from omni_sfp.config import ConfigError, max_iterations, num_envs
 from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 from omni_sfp.registry import make_env
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto``: CUDA when present, else CPU. Asking for CUDA without one is an error, not a fallback."""
+    """``auto``: CUDA when present, else CPU. Asking for CUDA without one is an error, not a fallback.
+
+    In a multi-process run ``auto`` and ``cuda`` mean this process's GPU, ``cuda:LOCAL_RANK``.
+    """
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"device={name!r}: CUDA is not available on this machine (use device=cpu or auto)")
+    if name == "cuda" and distributed.world_size() > 1:
+        local_rank = distributed.local_rank()
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(f"device=cuda: this is process LOCAL_RANK={local_rank} and the machine has "
+                               f"{torch.cuda.device_count()} GPU(s); start at most that many processes per node "
+                               "(torchrun --nproc_per_node) or pass device=cpu")
+        name = f"cuda:{local_rank}"
     return torch.device(name)
 
 
@@ -79,6 +100,7 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
     from skrl.memories.torch import RandomMemory
 
     p = cfg.train.ppo
+    scaler = distributed.scaler_class()  # skrl's RunningStandardScaler; pooled over the ranks when distributed
     agent_cfg = PPO_CFG(
         rollouts=p.rollouts,
         learning_epochs=p.learning_epochs,
@@ -88,9 +110,9 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
         learning_rate=p.learning_rate,
         learning_rate_scheduler=KLAdaptiveLR if p.learning_rate_schedule == "kl_adaptive" else None,
         learning_rate_scheduler_kwargs={"kl_threshold": p.desired_kl} if p.learning_rate_schedule == "kl_adaptive" else {},
-        observation_preprocessor=RunningStandardScaler if p.observation_normalization else None,
+        observation_preprocessor=scaler if p.observation_normalization else None,
         observation_preprocessor_kwargs={"size": env.observation_space, "device": device},
-        value_preprocessor=RunningStandardScaler if p.value_normalization else None,
+        value_preprocessor=scaler if p.value_normalization else None,
         value_preprocessor_kwargs={"size": 1, "device": device},
         grad_norm_clip=p.grad_norm_clip,
         ratio_clip=p.ratio_clip,
@@ -125,12 +147,13 @@ class Progress:
 
     iteration: int
     timestep: int  # env steps per env so far
-    sps: float  # env steps (all envs) per second over the last iteration
+    sps: float  # env steps (all envs, all processes) per second over the last iteration
     mean_return: float | None  # mean return of the episodes that finished in this iteration
     mean_length: float | None
     sfp_hit_rate: float  # cache hits per shareable trunk call so far
     rollout_s: float
     update_s: float
+    skipped_updates: int = 0  # updates dropped so far because of non-finite data (train.check_finite=skip)
 
 
 @dataclass
@@ -141,8 +164,10 @@ class Summary:
     final_return: float | None  # deterministic evaluation after training
     optimal_return: float | None
     iterations: int
-    run_dir: Path
+    run_dir: Path | None  # None on ranks > 0 of a multi-process run
     history: list[Progress] = field(default_factory=list)
+    interrupted: str | None = None  # "SIGINT" or "SIGTERM" when a signal stopped the run early
+    checkpoint: Path | None = None  # the last checkpoint written
 
     def line(self) -> str:
         hits = "off" if self.sfp_hit_rate is None else f"{100 * self.sfp_hit_rate:.1f}%"
@@ -151,10 +176,11 @@ class Summary:
 
 class StopRequested:
     """SIGINT/SIGTERM handler: the first signal stops at the next iteration boundary (a checkpoint is
-    written there), a second one interrupts at once."""
+    written there), a second one interrupts at once (``KeyboardInterrupt``, no checkpoint)."""
 
     def __init__(self) -> None:
         self.requested = False
+        self.signal: int | None = None  # the first signal received
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequested:
@@ -166,18 +192,23 @@ class StopRequested:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.signal).name if self.signal is not None else None
+
     def _handle(self, signum, frame) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print(f"\n[omni_sfp] {signal.Signals(signum).name}: stopping after this iteration and saving a checkpoint",
-              file=sys.stderr, flush=True)
+        self.signal = signum
+        print(f"\n[omni_sfp] {signal.Signals(signum).name}: stopping after this iteration and saving a checkpoint "
+              "(send it again to stop at once, without a checkpoint)", file=sys.stderr, flush=True)
 
 
 class SFPTrainer(SequentialTrainer):
     """skrl's sequential trainer with what a resumable, observable run needs: it starts at any timestep
     with given observations, times rollout and update separately, calls back once per iteration, and
-    stops cleanly at an iteration boundary when asked."""
+    stops cleanly at an iteration boundary when asked (on every rank together in a multi-process run)."""
 
     def __init__(self, *, env, agent: SFPPPO, timesteps: int, on_iteration: Callable[[Progress], None],
                  stop: StopRequested, disable_progressbar: bool | None = None) -> None:
@@ -209,7 +240,11 @@ class SFPTrainer(SequentialTrainer):
             step_start = time.perf_counter()
             with torch.no_grad():
                 actions, _ = agent.act(self.observations, self.states, timestep=timestep, timesteps=total)
-                next_observations, rewards, terminated, truncated, infos = self.env.step(actions)
+                try:
+                    next_observations, rewards, terminated, truncated, infos = self.env.step(actions)
+                except ValueError as error:  # e.g. the task refuses the NaN actions that a NaN observation made:
+                    agent.raise_pending_nonfinite(cause=error)  # report the observation, where it started
+                    raise
                 next_states = self.env.state()
                 agent.record_transition(
                     observations=self.observations, states=self.states, actions=actions, rewards=rewards,
@@ -230,50 +265,74 @@ class SFPTrainer(SequentialTrainer):
                 agent.track_data("Episode / Length (mean)", mean_length)
             agent.track_data("SFP / Cache hit rate (shareable calls)", agent.sfp_share_rate)
             agent.post_interaction(timestep=timestep, timesteps=total)  # the update, then TensorBoard
+            if agent.write_interval <= 0:
+                agent.tracking_data.clear()  # nobody writes it out: do not let it grow for the whole run
             sync()
             now = time.perf_counter()
             progress = Progress(
                 iteration=(timestep + 1) // rollouts,
                 timestep=timestep + 1,
-                sps=rollouts * self.env.num_envs / (now - iteration_start),
+                sps=rollouts * self.env.num_envs * distributed.world_size() / (now - iteration_start),  # all processes
                 mean_return=mean_return,
                 mean_length=mean_length,
                 sfp_hit_rate=agent.sfp_share_rate,
                 rollout_s=rollout_s,
                 update_s=now - update_start,
+                skipped_updates=agent.skipped_updates,
             )
             rollout_s, iteration_start = 0.0, now
+            self.stop.requested = distributed.any_rank(self.stop.requested, agent.device)  # stop together
             self.on_iteration(progress)
             if self.stop.requested:
                 break
 
 
 class Runner:
-    """Builds everything from a validated config; ``train()`` and ``test()`` run it."""
+    """Builds everything from a validated config; ``train()`` and ``test()`` run it.
+
+    A checkpoint to resume from (``checkpoint=``) is read and checked against the config before any
+    environment is built, so a wrong file costs no simulation start-up.
+    """
 
     def __init__(self, cfg: DictConfig, *, disable_progressbar: bool | None = None) -> None:
         from skrl.utils import set_seed
 
         self.cfg = cfg
+        self.rank, self.world_size = distributed.rank(), distributed.world_size()
         self.device = resolve_device(cfg.device)
-        set_seed(cfg.seed, deterministic=cfg.torch_deterministic)
         self.resume_from: Path | None = ckpt.resolve(cfg.checkpoint) if cfg.checkpoint else None
-        self.run_dir = None if cfg.test else self._make_run_dir()
+        self._resume_state: dict[str, Any] | None = None
+        if self.resume_from is not None:
+            self._resume_state = ckpt.load(self.resume_from, self.device)
+            if not cfg.test:
+                self._check_resumable(self._resume_state)
+        set_seed(cfg.seed, deterministic=cfg.torch_deterministic)  # skrl adds the rank when distributed
+        self.run_dir = None if cfg.test or self.rank != 0 else self._make_run_dir()
         task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
-        self.env = make_env(cfg.task.name, num_envs=num_envs(cfg), device=self.device, seed=cfg.seed,
+        self.env = make_env(cfg.task.name, num_envs=num_envs(cfg), device=self.device, seed=cfg.seed + self.rank,
                             headless=cfg.headless, task_cfg=task_cfg)
         self.models = build_models(cfg, self.env, self.device)
-        self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)
-        self.agent.init()
+        self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)  # SFPTrainer calls init()
         self.disable_progressbar = disable_progressbar
         self.history: list[Progress] = []
         self.best_return = float("-inf")
         self.iteration = 0
+        self._best_state: dict[str, Any] | None = None  # in memory until the next checkpoint writes best.pt
+        self._last_checkpoint: Path | None = None
 
     # -- run folder -----------------------------------------------------------------------------------------
     def _make_run_dir(self) -> Path:
         if self.cfg.resume:
-            return self.resume_from.parent.parent  # <run>/checkpoints/last.pt -> <run>
+            run_dir = ckpt.run_folder_of(self.resume_from)
+            if run_dir is None:
+                raise ckpt.CheckpointError(
+                    f"checkpoint {self.resume_from}: resume=true continues a run folder, and this file is not in "
+                    "one (<run>/checkpoints/*.pt next to <run>/config.yaml); drop resume=true to start a new run "
+                    "folder from it"
+                )
+            resumed_at = self._resume_state["iteration"]
+            OmegaConf.save(self.cfg, run_dir / f"config.resumed_at_{resumed_at}.yaml", resolve=True)
+            return run_dir
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         name = f"{stamp}_{self.cfg.experiment}" if self.cfg.experiment else stamp
         run_dir = Path(self.cfg.runs_dir) / self.cfg.task.name.replace(":", "_") / name
@@ -287,41 +346,84 @@ class Runner:
 
     # -- checkpoints ------------------------------------------------------------------------------------------
     @property
+    def last_checkpoint(self) -> Path | None:
+        """The newest checkpoint this run wrote (None before the first, and on ranks > 0)."""
+        return self._last_checkpoint
+
+    @property
     def task(self):
         """The embedded task object behind skrl's wrapper (None for other kinds)."""
         return getattr(self.env, "_env", None)
 
-    def state_dict(self, trainer: SFPTrainer) -> dict[str, Any]:
+    def _check_resumable(self, state: dict[str, Any]) -> None:
+        """Refuse, before anything is built, a checkpoint this config cannot continue."""
+        source, saved, cfg = self.resume_from, state["config"], self.cfg
+        pairs = [
+            ("task", saved.get("task", {}).get("name"), cfg.task.name),
+            ("num_envs", saved.get("num_envs") or saved.get("task", {}).get("env", {}).get("num_envs"), num_envs(cfg)),
+            ("train.ppo.rollouts", saved.get("train", {}).get("ppo", {}).get("rollouts"), cfg.train.ppo.rollouts),
+        ]
+        for key, then, now in pairs:
+            if then != now:
+                raise ckpt.CheckpointError(
+                    f"checkpoint {source}: saved with {key}={then}, this run has {key}={now}; pass {key}={then} to "
+                    "continue it"
+                )
+        total = max_iterations(cfg)
+        if state["iteration"] >= total:
+            raise ConfigError(
+                f"max_iterations={total}: checkpoint {source} is already at iteration {state['iteration']}; pass a "
+                "larger max_iterations to continue training it"
+            )
+
+    def _local_state(self, trainer: SFPTrainer) -> dict[str, Any]:
+        """What differs between the ranks of a multi-process run: environments, observations, RNG states."""
+        agent, task = self.agent, self.task
+        return {
+            "observations": trainer.observations,
+            "states": trainer.states,
+            "task": task.state_dict() if hasattr(task, "state_dict") else None,
+            "episodes": agent._episodes.state_dict() if agent._episodes else None,
+            "rng": ckpt.rng_state(),
+        }
+
+    def state_dict(self, trainer: SFPTrainer) -> dict[str, Any] | None:
+        """The checkpoint payload (references to live tensors: save or copy it at once). In a multi-process
+        run every rank must call it (the ranks' local states are gathered); ranks > 0 get None."""
+        local = distributed.gather_to_main(self._local_state(trainer))
+        if local is None:
+            return None
         agent = self.agent
         modules = {
             name: module.state_dict()
             for name, module in agent.checkpoint_modules.items()
             if module is not None and not (name == "value" and agent.value is agent.policy)  # shared: saved once
         }
-        task = self.task
+        caches = [m for model in {id(m): m for m in (agent.policy, agent.value)}.values() for m in sfp_modules(model)]
         return {
             "modules": modules,
             "scaler": agent.scaler.state_dict(),
             "scheduler": agent.scheduler.state_dict() if agent.scheduler else None,
             "agent": {"rollout": agent._rollout, "shareable_calls": agent.shareable_calls,
-                      "episodes": agent._episodes.state_dict() if agent._episodes else None},
-            "sfp_stats": agent.sfp_stats.as_dict(),
+                      "skipped_updates": agent.skipped_updates},
+            "sfp_stats": [[m.stats.hits, m.stats.misses, m.stats.bypasses] for m in caches],
             "timestep": self.iteration * agent.cfg.rollouts,
             "iteration": self.iteration,
             "best_return": self.best_return,
-            "observations": trainer.observations,
-            "states": trainer.states,
-            "task": task.state_dict() if hasattr(task, "state_dict") else None,
-            "rng": ckpt.rng_state(),
+            "local": local,  # one entry per rank
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
 
     def load_state_dict(self, state: dict[str, Any], trainer: SFPTrainer | None, *, source: Path) -> None:
+        """Restore a checkpoint: the models alone (``trainer=None``, for playing) or everything."""
         agent = self.agent
         try:
             for name, module_state in state["modules"].items():
+                if trainer is None and name not in ("policy", "value", "observation_preprocessor", "state_preprocessor",
+                                                    "value_preprocessor"):
+                    continue  # playing needs no optimizer
                 agent.checkpoint_modules[name].load_state_dict(module_state)
-        except (KeyError, RuntimeError) as error:
+        except (KeyError, RuntimeError, ValueError, AttributeError) as error:
             raise ckpt.CheckpointError(
                 f"checkpoint {source}: does not fit this model/task ({' '.join(str(error).split())[:200]})"
             ) from None
@@ -332,54 +434,92 @@ class Runner:
             agent.scheduler.load_state_dict(state["scheduler"])
         agent._rollout = state["agent"]["rollout"]
         agent.shareable_calls = state["agent"]["shareable_calls"]
+        agent.skipped_updates = state["agent"].get("skipped_updates", 0)
+        caches = [m for model in {id(m): m for m in (agent.policy, agent.value)}.values() for m in sfp_modules(model)]
+        if len(caches) == len(state["sfp_stats"]):
+            for cache, (hits, misses, bypasses) in zip(caches, state["sfp_stats"]):
+                cache.stats = SFPStats(hits, misses, bypasses)
         self.iteration = state["iteration"]
         self.best_return = state["best_return"]
         trainer.start_timestep = state["timestep"]
-        trainer.observations, trainer.states = state["observations"], state["states"]
-        if state["task"] is not None and hasattr(self.task, "load_state_dict"):
-            self.task.load_state_dict(state["task"])
-        if state["agent"]["episodes"] is not None:
-            agent._episodes = EpisodeTracker(self.env.num_envs, self.device)
-            agent._episodes.load_state_dict(state["agent"]["episodes"])
-        ckpt.set_rng_state(state["rng"])
+        local = state["local"]
+        if len(local) != self.world_size:
+            # another number of processes: models, optimizer and counters continue; environments start afresh
+            print(f"[omni_sfp] checkpoint {source} was written by {len(local)} process(es), this run has "
+                  f"{self.world_size}: the environments and RNG states start afresh", file=sys.stderr, flush=True)
+            return
+        mine = local[self.rank]
+        if mine["observations"].shape[0] != self.env.num_envs:
+            raise ckpt.CheckpointError(f"checkpoint {source}: saved with {mine['observations'].shape[0]} envs per "
+                                       f"process, this run has {self.env.num_envs}")
+        if mine["task"] is not None and hasattr(self.task, "load_state_dict"):
+            self.task.load_state_dict(mine["task"])
+            trainer.observations, trainer.states = mine["observations"], mine["states"]
+            if mine["episodes"] is not None:  # the running returns of the episodes in progress
+                agent._episodes = EpisodeTracker(self.env.num_envs, self.device)
+                agent._episodes.load_state_dict(mine["episodes"])
+        # else (simulator and Gymnasium tasks keep their state outside): the environments start afresh with a
+        # reset; the saved observations and running returns belong to the old environment state
+        ckpt.set_rng_state(mine["rng"])
 
-    def _save(self, trainer: SFPTrainer, *, best: bool) -> Path:
-        folder = self.run_dir / "checkpoints"
+    def _save(self, trainer: SFPTrainer) -> Path | None:
+        """Write ``iter_<n>.pt``, ``last.pt`` and a pending ``best.pt`` (rank 0; every rank must call it)."""
         state = self.state_dict(trainer)
+        if state is None:
+            return None
+        folder = self.run_dir / "checkpoints"
         path = ckpt.save_atomic(state, folder / f"iter_{self.iteration}.pt")
         ckpt.save_atomic(state, folder / "last.pt")
-        if best:
-            ckpt.save_atomic(state, folder / "best.pt")
+        if self._best_state is not None:
+            ckpt.save_atomic(self._best_state, folder / "best.pt")
+            self._best_state = None
         ckpt.rotate(folder, self.cfg.train.keep_checkpoints)
+        writer = getattr(self.agent, "writer", None)
+        if writer is not None:
+            writer.flush()  # TensorBoard on disk up to this checkpoint
+        self._last_checkpoint = path
         return path
 
     # -- train / test -------------------------------------------------------------------------------------------
     def train(self) -> Summary:
         cfg = self.cfg
         timesteps = max_iterations(cfg) * cfg.train.ppo.rollouts
-        progress_files = [open(self.run_dir / "progress.jsonl", "a")]
-        if cfg.progress_file:
-            Path(cfg.progress_file).parent.mkdir(parents=True, exist_ok=True)
-            progress_files.append(open(cfg.progress_file, "a"))
+        main = self.run_dir is not None
         with StopRequested() as stop:
             trainer = SFPTrainer(env=self.env, agent=self.agent, timesteps=timesteps, stop=stop,
                                  on_iteration=lambda p: None, disable_progressbar=self.disable_progressbar)
-            if self.resume_from is not None:
-                self.load_state_dict(ckpt.load(self.resume_from, self.device), trainer, source=self.resume_from)
+            if self._resume_state is not None:
+                self.load_state_dict(self._resume_state, trainer, source=self.resume_from)
+                self._resume_state = None
+                if main and cfg.resume:
+                    self._forget_after(self.iteration)
+            progress_files = []
+            if main:
+                progress_files.append(open(self.run_dir / "progress.jsonl", "a"))
+                if cfg.progress_file:
+                    Path(cfg.progress_file).parent.mkdir(parents=True, exist_ok=True)
+                    progress_files.append(open(cfg.progress_file, "a"))
+
+            skipped = [self.agent.skipped_updates]
 
             def on_iteration(progress: Progress) -> None:
+                if progress.skipped_updates > skipped[0] and main:
+                    print(f"[omni_sfp] iteration {progress.iteration}: update skipped ({progress.skipped_updates} so "
+                          f"far): {self.agent.last_skip_reason}", file=sys.stderr, flush=True)
+                skipped[0] = progress.skipped_updates
                 self.iteration = progress.iteration
                 self.history.append(progress)
                 line = json.dumps(progress.__dict__)
                 for file in progress_files:
                     file.write(line + "\n")
                     file.flush()
-                improved = progress.mean_return is not None and progress.mean_return > self.best_return
-                if improved:
+                if progress.mean_return is not None and progress.mean_return > self.best_return:
                     self.best_return = progress.mean_return
+                    best = self.state_dict(trainer)  # collective in a multi-process run: every rank improves together
+                    self._best_state = copy.deepcopy(best) if best is not None else None
                 interval = cfg.train.checkpoint_interval
                 if stop.requested or progress.timestep >= timesteps or (interval and not self.iteration % interval):
-                    self._save(trainer, best=improved)
+                    self._save(trainer)
 
             trainer.on_iteration = on_iteration
             start = time.perf_counter()
@@ -388,9 +528,15 @@ class Runner:
             finally:
                 for file in progress_files:
                     file.close()
+                writer = getattr(self.agent, "writer", None)
+                if writer is not None:
+                    writer.flush()
             elapsed = time.perf_counter() - start
         steps_done = (self.iteration * cfg.train.ppo.rollouts - trainer.start_timestep) * self.env.num_envs
-        final_return = self.evaluate(episodes=1)
+        steps_done *= self.world_size
+        interrupted = stop.signal_name
+        # an interrupted run skips the evaluation episodes: whoever sent the signal wants the process gone
+        final_return = self.evaluate(episodes=1) if main and interrupted is None else None
         task = self.task
         summary = Summary(
             training_time_s=elapsed,
@@ -401,9 +547,37 @@ class Runner:
             iterations=self.iteration,
             run_dir=self.run_dir,
             history=self.history,
+            interrupted=interrupted,
+            checkpoint=self._last_checkpoint,
         )
-        self._plot(summary)
+        if main:
+            self._plot(summary)
         return summary
+
+    def _forget_after(self, iteration: int) -> None:
+        """Resuming in the run folder: drop what the run wrote after the checkpoint it resumes from (a run
+        killed between checkpoints), so progress.jsonl and TensorBoard continue without duplicates."""
+        def before(line: str) -> bool:  # a line cut short by the kill is dropped too
+            try:
+                return json.loads(line)["iteration"] <= iteration
+            except (ValueError, KeyError, TypeError):
+                return False
+
+        progress = self.run_dir / "progress.jsonl"
+        if progress.is_file():
+            kept = [line for line in progress.read_text().splitlines() if before(line)]
+            tmp = progress.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, progress)
+        event_writer = getattr(getattr(self.agent, "writer", None), "_event_file_writer", None)
+        if event_writer is not None:
+            # TensorBoard's purge: a SessionLog START at step s hides earlier files' events at steps >= s
+            # (what torch's SummaryWriter(purge_step=s) writes; skrl's writer has no such argument)
+            from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+            step = iteration * self.cfg.train.ppo.rollouts + 1
+            start = SessionLog(status=SessionLog.START)
+            event_writer.add_event(Event(step=step, wall_time=time.time(), session_log=start))
 
     @property
     def _cache_in_use(self) -> bool:
@@ -428,7 +602,7 @@ class Runner:
         return total_return / finished if finished else None
 
     def test(self) -> float | None:
-        self.load_state_dict(ckpt.load(self.resume_from, self.device), None, source=self.resume_from)
+        self.load_state_dict(self._resume_state, None, source=self.resume_from)
         return self.evaluate(self.cfg.test_episodes)
 
     def _plot(self, summary: Summary) -> None:
@@ -448,7 +622,8 @@ class Runner:
         ax.set_xlabel("environment steps")
         ax.set_ylabel("return")
         ax.set_title(f"{self.cfg.task.name}: {summary.line()}", fontsize=8)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # nothing to label when no episode finished yet
+            ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(self.run_dir / "learning_curve.png", dpi=100)
         plt.close(fig)

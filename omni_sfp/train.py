@@ -1,18 +1,28 @@
 """``python -m omni_sfp.train [key=value ...]``: train (or, with test=true, play) PPO on a registered task.
 
 OmniIsaacGymEnvs-style overrides, e.g. ``task=LQR60x8 num_envs=256 headless=True seed=1
-max_iterations=200 train.mixed_precision=true``. Bad input prints one line naming the problem and exits
-with code 2. Inside Isaac Sim (``python.sh -m omni_sfp.train task=Ant``) Isaac tasks start the simulation
-app themselves before anything else from Omniverse is imported.
+max_iterations=200 train.mixed_precision=true``. Inside Isaac Sim (``python.sh -m omni_sfp.train task=Ant``)
+Isaac tasks start the simulation app themselves before anything else from Omniverse is imported.
+Multi-process: ``torchrun --nproc_per_node=N -m omni_sfp.train ...`` (docs/reliability.md).
+
+Exit codes: 0 done; 2 bad input (config, task, checkpoint), one line naming the problem; 1 training
+failed (non-finite data with train.check_finite=raise), one line; 130 / 143 stopped by SIGINT / SIGTERM
+after saving a checkpoint (128 + the signal number, the shell's convention: an interrupted run is not a
+finished one, so `train && next` stops there).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
-from omni_sfp.config import ConfigError, load_config
-
+EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+
+def _error(message: object) -> None:
+    print(f"omni_sfp.train: error: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +30,22 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__.strip())
         print("\nEvery key, its default and meaning: README.md (Configuration) or cfg/config.yaml.")
-        return 0
+        return EXIT_OK
+    from omni_sfp import distributed
+
+    distributed.setup()  # before anything imports skrl (see omni_sfp/distributed.py)
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # Ctrl-C before training started (or a second one while stopping)
+        _error("interrupted")
+        return 128 + signal.SIGINT
+    finally:
+        distributed.teardown()
+
+
+def _run(argv: list[str]) -> int:
     from omni_sfp.checkpoint import CheckpointError
+    from omni_sfp.config import ConfigError, load_config
     from omni_sfp.registry import UnknownTaskError
 
     try:
@@ -30,26 +54,42 @@ def main(argv: list[str] | None = None) -> int:
 
         runner = Runner(cfg)
     except (ConfigError, CheckpointError, UnknownTaskError, RuntimeError) as error:
-        print(f"omni_sfp.train: error: {error}", file=sys.stderr)
+        _error(error)
         return EXIT_USAGE
 
     if cfg.test:
         try:
             mean_return = runner.test()
         except CheckpointError as error:
-            print(f"omni_sfp.train: error: {error}", file=sys.stderr)
+            _error(error)
             return EXIT_USAGE
         shown = "no episode finished" if mean_return is None else f"{mean_return:.2f}"
         print(f"Test: {cfg.task.name} | checkpoint {runner.resume_from} | mean return (deterministic): {shown}")
-        return 0
+        return EXIT_OK
 
-    print(f"[omni_sfp] task {cfg.task.name} | {runner.env.num_envs} envs on {runner.device} | "
-          f"{precision_note(runner.device, cfg.train.mixed_precision)} | run folder {runner.run_dir}", flush=True)
+    from omni_sfp.agent import NonFiniteError
+
+    main_process = runner.run_dir is not None
+    if main_process:
+        resumed = f" | resuming {runner.resume_from}" if runner.resume_from else ""
+        processes = f" x {runner.world_size} processes" if runner.world_size > 1 else ""
+        print(f"[omni_sfp] task {cfg.task.name} | {runner.env.num_envs} envs on {runner.device}{processes} | "
+              f"{precision_note(runner.device, cfg.train.mixed_precision)} | run folder {runner.run_dir}{resumed}",
+              flush=True)
     try:
         summary = runner.train()
     except CheckpointError as error:
-        print(f"omni_sfp.train: error: {error}", file=sys.stderr)
+        _error(error)
         return EXIT_USAGE
+    except NonFiniteError as error:  # every rank of a multi-process run says it; rank 0 knows the checkpoint
+        where = f" (last checkpoint: {runner.last_checkpoint or 'none written yet'})" if main_process else ""
+        _error(f"{error}{where}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:  # a second SIGINT/SIGTERM while stopping: no checkpoint for the current iteration
+        _error(f"interrupted before the iteration ended (last checkpoint: {runner.last_checkpoint or 'none'})")
+        return 128 + signal.SIGINT
+    if not main_process:
+        return EXIT_OK if summary.interrupted is None else 128 + signal.Signals[summary.interrupted]
     if summary.final_return is not None:
         line = f"[omni_sfp] final return (deterministic): {summary.final_return:.2f}"
         if summary.optimal_return is not None:
@@ -57,7 +97,12 @@ def main(argv: list[str] | None = None) -> int:
             line += f" | optimal: {summary.optimal_return:.2f} | cost vs optimal: {ratio:.3f}x"
         print(line)
     print(summary.line(), flush=True)
-    return 0
+    if summary.interrupted is not None:
+        print(f"[omni_sfp] stopped by {summary.interrupted} after iteration {summary.iterations}; checkpoint "
+              f"{summary.checkpoint}; continue it with the same command plus resume=true checkpoint={summary.run_dir}",
+              file=sys.stderr, flush=True)
+        return 128 + signal.Signals[summary.interrupted]
+    return EXIT_OK
 
 
 if __name__ == "__main__":

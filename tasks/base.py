@@ -103,6 +103,31 @@ class VecTask(ABC):
     def close(self) -> None:
         """Nothing to release: the state is plain tensors."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a later step depends on: the state, the episode lengths and the generator's state.
+
+        What a task derives from its constructor arguments (spaces, system matrices) is not included; a
+        task rebuilt with the same arguments and given this dict continues bitwise as the original would.
+        Subclasses with more per-step state extend both methods.
+        """
+        return {
+            "state": self.state,
+            "episode_length": self.episode_length,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (tensors may come from another device: they are moved here).
+
+        :raises ValueError: The state was saved with another number of environments or observation size.
+        """
+        expected = (self.num_envs, *self.state.shape[1:])
+        if tuple(state["state"].shape) != expected:
+            raise ValueError(f"task state has shape {tuple(state['state'].shape)}, this task's is {expected}")
+        self.state = state["state"].to(self.device, self.state.dtype).clone()
+        self.episode_length = state["episode_length"].to(self.device, torch.long).clone()
+        self.generator.set_state(state["generator"].cpu())  # get_state() is a CPU byte tensor on every device
+
     def _checked(self, actions: torch.Tensor) -> torch.Tensor:
         expected_shape = (self.num_envs, self.action_size)
         if not isinstance(actions, torch.Tensor):

@@ -19,7 +19,10 @@ class LQR60x8(VecTask):
     noise of std ``process_noise_std``. Observation: ``x`` (the full state). Action: ``u`` itself, an
     unbounded Box (the LQR optimum is linear in ``x`` and would be distorted by clipping). Reward:
     ``-(mean(x^2) + action_cost * mean(u^2))``, i.e. ``Q = I/60``, ``R = action_cost * I/8``. Initial state
-    ``x0 ~ N(0, I)``; every episode lasts exactly ``max_episode_length`` steps (truncated, never terminated).
+    ``x0 ~ N(0, I)``; every episode lasts exactly ``max_episode_length`` steps, reported as a truncation by
+    default: a policy that does not see time can at best play the stationary (infinite-horizon) LQR gain,
+    which reaches :meth:`optimal_return` to within sampling error. ``horizon_is_terminal=True`` reports the
+    horizon's end as terminated instead (the finite-horizon reading: no bootstrap past it).
 
     :param num_envs: Number of systems simulated together.
     :param device: Torch device of the state.
@@ -30,6 +33,7 @@ class LQR60x8(VecTask):
     :param process_noise_std: Std of the Gaussian noise added to the state each step (0: deterministic).
     :param system_seed: Seed of ``A`` and ``B``.
     :param validate_actions: Reject non-finite actions (one host synchronisation per step).
+    :param horizon_is_terminal: Report the end of the horizon as terminated instead of truncated.
     """
 
     STATE_SIZE = 60
@@ -47,7 +51,9 @@ class LQR60x8(VecTask):
         process_noise_std: float = 0.0,
         system_seed: int = 0,
         validate_actions: bool = True,
+        horizon_is_terminal: bool = False,
     ) -> None:
+        self.horizon_is_terminal = bool(horizon_is_terminal)
         super().__init__(
             num_envs,
             device,
@@ -76,6 +82,12 @@ class LQR60x8(VecTask):
         riccati = scipy.linalg.solve_discrete_are(self.A, self.B, self.Q, self.R)
         gain = np.linalg.solve(self.R + self.B.T @ riccati @ self.B, self.B.T @ riccati @ self.A)
         self._neg_gain_t = torch.tensor(-gain.T, dtype=torch.float32, device=self.device)
+
+    def step(self, actions: torch.Tensor):
+        observations, rewards, terminated, truncated, info = super().step(actions)
+        if self.horizon_is_terminal:
+            return observations, rewards, terminated | truncated, torch.zeros_like(truncated), info
+        return observations, rewards, terminated, truncated, info
 
     def optimal_return(self) -> float:
         """Expected return of the best policy over one episode, from the finite-horizon Riccati recursion.

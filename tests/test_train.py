@@ -54,6 +54,8 @@ def test_cli_trains_writes_a_complete_run_folder_and_plays_it_back(tmp_path):
         (["test=true", "checkpoint=/nonexistent/run"], "/nonexistent/run"),
         (["device=tpu"], "device='tpu'"),
         (["train.models.units=[]"], "train.models.units"),
+        (["task=Isaac-Ant-v0"], "needs Isaac Lab"),
+        (["task=gym:NoSuchEnv-v9"], "NoSuchEnv-v9"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_problem_with_exit_code_2(args, expected, capsys):
@@ -91,7 +93,8 @@ def test_cartpole_learns_to_balance(tmp_path):
 
 @pytest.mark.parametrize("overrides", [["train.mixed_precision=true"], ["train.models.separate=true"],
                                        ["train.sfp.cache_check=off"], ["task=LQR60x8", "num_envs=32"],
-                                       ["task=ConstantCost", "num_envs=32"]])
+                                       ["task=ConstantCost", "num_envs=32"],
+                                       ["task=gym:Pendulum-v1", "num_envs=4"]])
 def test_variants_run(tmp_path, overrides):
     cfg = load_config([*SMALL, "max_iterations=2", f"runs_dir={tmp_path}", *overrides])
     summary = Runner(cfg, disable_progressbar=True).train()

@@ -18,6 +18,14 @@ def episode_return(task, policy):
     return total.mean().item()
 
 
+def test_horizon_can_be_reported_as_terminal_instead():
+    task = LQR60x8(3, horizon_is_terminal=True)
+    task.reset()
+    for step in range(task.max_episode_length):
+        _, _, terminated, truncated, _ = task.step(torch.zeros(3, 8))
+        assert terminated.all() == (step == task.max_episode_length - 1) and not truncated.any()
+
+
 def test_system_is_stable_ish_controllable_and_fixed_by_system_seed():
     task = LQR60x8(2, seed=0)
     assert np.max(np.abs(np.linalg.eigvals(task.A))) == pytest.approx(0.99)
