@@ -121,8 +121,10 @@ class SFPPPO(PPO):
     :param check_finite: ``"raise"``, ``"skip"`` or ``"off"`` (``True``/``False`` mean raise/off).
     """
 
-    def __init__(self, *args, check_finite: str | bool = "raise", **kwargs) -> None:
+    def __init__(self, *args, check_finite: str | bool = "raise", fused_optimizer: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if fused_optimizer and self.optimizer is not None:
+            self._use_fused_adam()
         self.check_finite = check_finite_mode(check_finite)
         self.shareable_calls = 0
         self.skipped_updates = 0  # rollouts whose update was dropped (check_finite="skip")
@@ -130,6 +132,18 @@ class SFPPPO(PPO):
         self._episodes: EpisodeTracker | None = None
         self._guard = NonFiniteGuard(self.device)
         self.last_losses: dict[str, float] = {}
+
+    def _use_fused_adam(self) -> None:
+        """Replace skrl's Adam by the fused one: the same update rule in one kernel over all parameters.
+        skrl's default on CPU steps parameter by parameter, which for the [2048, 1024, 1024, 512] network
+        costs about as much as a bf16 minibatch forward and backward."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.optimizer = torch.optim.Adam(params, lr=self.cfg.learning_rate[0], fused=True)
+        self.checkpoint_modules["optimizer"] = self.optimizer
+        if self.scheduler is not None:
+            self.scheduler = self.cfg.learning_rate_scheduler[0](
+                self.optimizer, **self.cfg.learning_rate_scheduler_kwargs[0]
+            )
 
     # -- statistics -------------------------------------------------------------------------------------
     @property

@@ -187,6 +187,7 @@ def validate(cfg: DictConfig) -> None:
     _require(cfg, ppo + "entropy_loss_scale", (int, float))
     _require(cfg, ppo + "value_loss_scale", (int, float), minimum=0)
     _require(cfg, ppo + "grad_norm_clip", (int, float), minimum=0)
+    _require(cfg, ppo + "fused_optimizer", bool)
     _require(cfg, ppo + "time_limit_bootstrap", bool)
     _require(cfg, ppo + "observation_normalization", bool)
     _require(cfg, ppo + "value_normalization", bool)

@@ -138,6 +138,7 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
         device=device,
         cfg=agent_cfg,
         check_finite=cfg.train.check_finite,
+        fused_optimizer=p.fused_optimizer,
     )
 
 
