@@ -95,9 +95,9 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     return {"policy": model, "value": model}
 
 
-def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_dir: Path | None) -> SFPPPO:
+def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None):
+    """skrl's ``PPO_CFG`` for a validated config (also used by the benchmark's plain-skrl rows)."""
     from skrl.agents.torch.ppo import PPO_CFG
-    from skrl.memories.torch import RandomMemory
 
     p = cfg.train.ppo
     scaler = distributed.scaler_class()  # skrl's RunningStandardScaler; pooled over the ranks when distributed
@@ -129,6 +129,13 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
     if run_dir is not None:
         agent_cfg.experiment.directory = str(run_dir.parent)
         agent_cfg.experiment.experiment_name = run_dir.name
+    return agent_cfg
+
+
+def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_dir: Path | None) -> SFPPPO:
+    from skrl.memories.torch import RandomMemory
+
+    p = cfg.train.ppo
     memory = RandomMemory(memory_size=p.rollouts, num_envs=env.num_envs, device=device)
     return SFPPPO(
         models=models,
@@ -136,7 +143,7 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
         observation_space=env.observation_space,
         action_space=env.action_space,
         device=device,
-        cfg=agent_cfg,
+        cfg=ppo_cfg(cfg, env, device, run_dir),
         check_finite=cfg.train.check_finite,
         fused_optimizer=p.fused_optimizer,
     )

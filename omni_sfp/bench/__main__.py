@@ -1,0 +1,251 @@
+"""``python -m omni_sfp.bench``: the reference table on this machine, side by side with rl_games and skrl.
+
+Timing (default): every row of the table trains the same work on the same env, interleaved over
+repetitions, each run in a fresh process; prints the markdown table and writes JSON, markdown and a PNG
+chart to ``--out``. ``--quality``: N seeds per configuration on learnable tasks, Welch's t-tests and learning
+curves. Bad arguments print one line and exit with code 2. See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from omni_sfp.bench.configs import PRESETS, ROWS, select_rows
+
+EXIT_USAGE = 2
+QUALITY_TASKS = "Cartpole,LQR60x8"  # learnable embedded tasks: balancing, and Ant-sized control with a known optimum
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump), as ``omni_sfp.train`` reports them."""
+
+    def error(self, message: str):
+        print(f"omni_sfp.bench: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def _units(text: str) -> tuple[int, ...]:
+    try:
+        units = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layer sizes, e.g. 256,128,64")
+    return units
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m omni_sfp.bench", description=__doc__.split("\n\n")[0])
+    timing = parser.add_argument_group("timing (default mode)")
+    timing.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="cpu (default): big network sized for 2 CPU cores, under 10 minutes; reference: the "
+                             "reference table's sizes, for a GPU; quick: tiny, seconds")
+    timing.add_argument("--quick", action="store_true", help="the quick preset")
+    timing.add_argument("--units", type=_units, help="trunk layer sizes, e.g. 256,128,64")
+    timing.add_argument("--envs", type=_positive, help="number of environments")
+    timing.add_argument("--horizon", type=_positive, help="env steps per env between updates")
+    timing.add_argument("--updates", type=_positive, help="timed PPO updates per run")
+    timing.add_argument("--warmup", type=_positive, help="untimed PPO updates before the timed ones, per run")
+    timing.add_argument("--epochs", type=_positive, help="mini-epochs per update")
+    timing.add_argument("--minibatch", type=_positive, help="minibatch size (must divide envs x horizon)")
+    timing.add_argument("--episode-length", type=_positive, help="time limit of the env's episodes")
+    timing.add_argument("--repetitions", type=_positive, help="interleaved runs per row (preset: 3)")
+    timing.add_argument("--rows", default="default",
+                        help=f"default, all, or comma-separated row ids: {', '.join(ROWS)}")
+    timing.add_argument("--replay", type=_positive, metavar="K",
+                        help="record K steps of --task once and replay them in every run (env cost near zero)")
+    timing.add_argument("--task", help="with --replay: the task to record (any registered name; default "
+                                       "ConstantCost)")
+    timing.add_argument("--rlgames-compile", action="store_true", help="rl_games' torch_compile on (default off)")
+    parser.add_argument("--threads", type=_positive, help="torch threads per run (default: the cores available)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every timed run (quality: the first seed)")
+    parser.add_argument("--out", default="bench_results", help="folder for the JSON, markdown and PNG outputs")
+    quality = parser.add_argument_group("quality")
+    quality.add_argument("--quality", action="store_true", help="the quality evaluation instead of timing")
+    quality.add_argument("--seeds", type=_positive, help="seeds per configuration (default 5)")
+    quality.add_argument("--quality-tasks", default=QUALITY_TASKS, help="comma-separated tasks to train")
+    quality.add_argument("--iterations", type=_positive, help="PPO updates per run (default: each task's config)")
+    return parser
+
+
+def _device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available on this machine")
+    return name
+
+
+def _meta(device: str, threads: int, argv: list[str]) -> dict:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    cpu = platform.processor() or "unknown CPU"
+    if Path("/proc/cpuinfo").is_file():
+        models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")]
+        cpu = models[0] if models else cpu
+    return {"date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"), "cpu": cpu,
+            "cores": len(os.sched_getaffinity(0)), "device": device, "threads": threads,
+            "python": platform.python_version(), "torch": installed("torch"), "skrl": installed("skrl"),
+            "rl_games": installed("rl-games"), "command": shlex.join(["python", "-m", "omni_sfp.bench", *argv])}
+
+
+def _log(line: str) -> None:
+    """Progress goes to stderr: stdout carries only the table."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _check_mode(parser: Parser, args: argparse.Namespace) -> None:
+    timing_only = {"--replay": args.replay, "--task": args.task, "--rlgames-compile": args.rlgames_compile or None,
+                   "--rows": None if args.rows == "default" else args.rows, "--preset": args.preset,
+                   "--quick": args.quick or None, "--repetitions": args.repetitions, "--updates": args.updates,
+                   "--units": args.units, "--envs": args.envs, "--horizon": args.horizon, "--warmup": args.warmup,
+                   "--epochs": args.epochs, "--minibatch": args.minibatch, "--episode-length": args.episode_length}
+    quality_only = {"--seeds": args.seeds, "--iterations": args.iterations,
+                    "--quality-tasks": None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks}
+    misplaced = [flag for flag, value in (timing_only if args.quality else quality_only).items() if value is not None]
+    if misplaced:
+        parser.error(f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply "
+                     f"{'with' if args.quality else 'without'} --quality")
+    if args.task is not None and args.replay is None:
+        parser.error("--task needs --replay K: live timing runs on ConstantCost, whose work per step is fixed")
+    if args.quick and args.preset not in (None, "quick"):
+        parser.error(f"--quick contradicts --preset {args.preset}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_mode(parser, args)
+    try:
+        device = _device(args.device)
+    except ValueError as error:
+        parser.error(str(error))
+    threads = args.threads or len(os.sched_getaffinity(0))
+    meta = _meta(device, threads, argv)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out)
+    if args.quality:
+        return _quality(parser, args, device, threads, meta, out / f"quality-{stamp}", _log)
+    return _timing(parser, args, device, threads, meta, out, stamp, _log)
+
+
+def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
+    from omni_sfp.bench import report as report_mod
+    from omni_sfp.bench.timing import WorkerError, run_interleaved
+
+    preset = "quick" if args.quick else args.preset or "cpu"
+    base, default_repetitions = PRESETS[preset]
+    work = base.replace(units=args.units, num_envs=args.envs, horizon=args.horizon, updates=args.updates,
+                        warmup_updates=args.warmup, epochs=args.epochs, minibatch_size=args.minibatch,
+                        episode_length=args.episode_length)
+    try:
+        work.check()
+        rows = select_rows(args.rows)
+    except ValueError as error:
+        parser.error(str(error))
+    if any(row.framework == "rlgames" for row in rows) and importlib.util.find_spec("rl_games") is None:
+        parser.error("rl_games is not installed: pip install 'omni-sfp[bench]' (rl-games==1.6.5, tensorboardX), "
+                     "or choose rows without it (--rows)")
+    repetitions = args.repetitions or default_repetitions
+
+    recording, replay = None, None
+    meta["env"] = f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
+    if args.replay:
+        from omni_sfp.bench.replay import record
+
+        task = args.task or "ConstantCost"
+        try:
+            recording = record(task, steps=args.replay, num_envs=work.num_envs, device=device, seed=args.seed)
+        except ValueError as error:  # an unknown task, or task keywords it does not take
+            parser.error(str(error))
+        meta["env"] = f"replay of {args.replay} recorded steps of {task} from {device} memory, staggered loop points"
+    scratch = Path(tempfile.mkdtemp(prefix="omni_sfp_bench_"))
+    if recording is not None:
+        replay = str(scratch / "recording.pt")
+        recording.save(replay)
+    meta["load_before"] = os.getloadavg()[0]
+    log(f"[bench] {preset} preset: {len(rows)} rows x {repetitions} repetitions, {threads} threads, {device}; "
+        f"{meta['env']}")
+    try:
+        runs = run_interleaved(rows, work, repetitions=repetitions, log=log, device=device, seed=args.seed,
+                               threads=threads, replay=replay, rlgames_compile=args.rlgames_compile, scratch=scratch)
+    except WorkerError as error:  # the scratch folder stays: it holds the failed run's log
+        print(f"omni_sfp.bench: error: {error}", file=sys.stderr)
+        return 1
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    meta["load_after"] = os.getloadavg()[0]
+    shutil.rmtree(scratch)
+    entries = report_mod.summarize(rows, runs, work)
+    report = {"preset": preset, "meta": meta, "work": dataclasses.asdict(work),
+              "repetitions": repetitions, "rows": entries, "targets": report_mod.targets(entries, work)}
+    paths = report_mod.save(report, out / f"bench-{preset}-{stamp}")
+    print(report_mod.markdown(report))
+    log(f"[bench] wrote {', '.join(map(str, paths))}")
+    return 0
+
+
+def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
+    from omni_sfp.bench.quality import markdown, plot, run_quality
+    from omni_sfp.registry import get_task
+
+    import torch
+
+    torch.set_num_threads(threads)
+    seeds = args.seeds or 5
+    tasks = [t.strip() for t in args.quality_tasks.split(",") if t.strip()]
+    try:
+        for task in tasks or [args.quality_tasks]:
+            get_task(task)
+    except ValueError as error:
+        parser.error(str(error))
+    runs_dir = Path(tempfile.mkdtemp(prefix="omni_sfp_quality_"))
+    try:
+        results = run_quality(tasks=tasks, seeds=range(args.seed, args.seed + seeds), device=device,
+                              runs_dir=runs_dir, iterations=args.iterations, log=log)
+    finally:
+        shutil.rmtree(runs_dir, ignore_errors=True)
+    report = {"meta": meta, "seeds": seeds, "tasks": results}
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    text = markdown(report)
+    stem.with_suffix(".md").write_text(text)
+    plot(report, stem.with_suffix(".png"))
+    print(text)
+    log(f"[bench] wrote {stem}.json, {stem}.md, {stem}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""What the benchmark runs: the work every row does (equal by construction), the presets, and the rows.
+
+Every framework is configured from one :class:`Work`, so a row cannot drift from the others: same network,
+env count, horizon, mini-epochs, minibatch size, fixed learning rate, input and value normalisation, number
+of PPO updates and env steps. What cannot be aligned is listed in :data:`UNALIGNED`, next to the numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+BIG_NETWORK = (2048, 1024, 1024, 512)  # the reference table's network
+
+
+@dataclass(frozen=True)
+class Work:
+    """One run's amount of work, shared by every row (field comments give the framework keys)."""
+
+    units: tuple[int, ...]  # trunk hidden layers (rl_games network.mlp.units, skrl layers, omni-sfp models.units)
+    num_envs: int  # environments stepped together (rl_games num_actors)
+    horizon: int  # env steps per env between updates (rl_games horizon_length, skrl rollouts)
+    updates: int  # timed PPO updates per run (rl_games epochs)
+    warmup_updates: int  # updates before the timer starts, in the same process (first calls, allocator)
+    epochs: int  # passes over the rollout per update (rl_games mini_epochs, skrl learning_epochs)
+    minibatch_size: int  # samples per minibatch (skrl mini_batches = num_envs * horizon / minibatch_size)
+    episode_length: int  # time limit of the env; starts are staggered so some env truncates on most steps
+    activation: str = "elu"
+    learning_rate: float = 3e-4  # fixed: no KL-adaptive schedule, no KL early stop
+    discount_factor: float = 0.99  # rl_games gamma
+    gae_lambda: float = 0.95  # rl_games tau
+    ratio_clip: float = 0.2  # rl_games e_clip
+    value_clip: float = 0.2  # rl_games clip_value (clips by e_clip)
+    grad_norm_clip: float = 1.0  # rl_games truncate_grads + grad_norm
+    rewards_scale: float = 0.1  # rl_games reward_shaper.scale_value, omni-sfp train.ppo.rewards_scale
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.horizon
+
+    @property
+    def mini_batches(self) -> int:
+        return self.batch_size // self.minibatch_size
+
+    @property
+    def total_updates(self) -> int:
+        return self.warmup_updates + self.updates
+
+    @property
+    def timed_env_steps(self) -> int:
+        """Env steps (all envs) inside the timed window of one run."""
+        return self.updates * self.batch_size
+
+    def check(self) -> None:
+        """:raises ValueError: a size is not positive, or the rollout does not split into whole minibatches."""
+        if not self.units or any(u < 1 for u in self.units):
+            raise ValueError(f"units {list(self.units)}: must be a non-empty list of positive layer sizes")
+        for name in ("num_envs", "horizon", "updates", "warmup_updates", "epochs", "minibatch_size", "episode_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.batch_size % self.minibatch_size:
+            raise ValueError(f"minibatch size {self.minibatch_size} does not divide num_envs * horizon = "
+                             f"{self.num_envs} * {self.horizon} = {self.batch_size}")
+
+    def replace(self, **changes) -> Work:
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+PRESETS: dict[str, tuple[Work, int]] = {
+    # The reference table (../shared/reference/single-forward-pass.txt): big network, 3840 steps per env, on
+    # OmniIsaacGymEnvs' Ant, whose rl_games config gives the rest (4096 envs, horizon 16, minibatch 32768,
+    # 4 mini-epochs, 1000-step episodes). Meant for a GPU.
+    "reference": (Work(units=BIG_NETWORK, num_envs=4096, horizon=16, updates=240, warmup_updates=1, epochs=4,
+                       minibatch_size=32768, episode_length=1000), 3),
+    # The same network family and per-update shape (2 minibatches x 4 mini-epochs) sized for 2 CPU cores:
+    # under 10 minutes for the default rows. 256 envs with 256-step episodes: one env truncates every step,
+    # as 4096 envs with 1000-step episodes do on a GPU.
+    "cpu": (Work(units=BIG_NETWORK, num_envs=256, horizon=16, updates=2, warmup_updates=1, epochs=4,
+                 minibatch_size=2048, episode_length=256), 3),
+    # Tiny: every row end to end in seconds (tests, smoke runs); the numbers mean nothing.
+    "quick": (Work(units=(32, 32), num_envs=16, horizon=8, updates=2, warmup_updates=1, epochs=2,
+                   minibatch_size=64, episode_length=16), 3),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration of the table."""
+
+    id: str
+    framework: str  # "rlgames" | "omni" | "skrl" | "floor"
+    mixed_precision: bool
+    single_forward_pass: bool
+    time_limit_bootstrap: bool
+
+    @property
+    def precision(self) -> str:
+        return "mixed" if self.mixed_precision else "fp32"
+
+    @property
+    def label(self) -> str:
+        names = {"rlgames": "rl_games", "omni": "omni-sfp", "skrl": "skrl built-in", "floor": "compute floor"}
+        parts = [names[self.framework]]
+        if self.framework == "omni":
+            parts.append("SFP (auto)" if self.single_forward_pass else "double pass (off)")
+        elif self.framework == "skrl":
+            parts.append("SFP")
+        parts.append(self.precision)
+        if self.time_limit_bootstrap and self.framework in ("omni", "skrl"):
+            parts.append("+ bootstrap")
+        return ", ".join(parts)
+
+
+def precision_effect(row: Row, device_type: str) -> str:
+    """What a row's precision setting really computes on this device."""
+    if not row.mixed_precision:
+        return "fp32"
+    if row.framework == "rlgames":
+        if device_type == "cuda":
+            return "bf16 autocast + GradScaler"
+        return "fp32 (rl_games' mixed precision is CUDA-only)"
+    if row.framework == "floor":
+        return "bf16 autocast" if device_type == "cpu" else "fp16 autocast"
+    return "bf16 autocast" if device_type == "cpu" else "fp16 autocast + GradScaler"
+
+
+def _rows() -> dict[str, Row]:
+    rows = [Row(f"rlgames-{p}", "rlgames", p == "mixed", True, True) for p in ("fp32", "mixed")]
+    kinds = (("omni", False, "omni-double"), ("omni", True, "omni-sfp"), ("skrl", True, "skrl-sfp"))
+    for framework, sfp, name in kinds:
+        for tlb in (False, True):
+            for p in ("fp32", "mixed"):
+                rows.append(Row(f"{name}-{p}{'-tlb' if tlb else ''}", framework, p == "mixed", sfp, tlb))
+    rows += [Row(f"floor-{p}", "floor", p == "mixed", True, False) for p in ("fp32", "mixed")]
+    return {row.id: row for row in rows}
+
+
+ROWS: dict[str, Row] = _rows()
+# The default table: everything but the double pass with bootstrap (its cost is the double pass plus one more
+# forward per step, which says nothing new); ``--rows all`` adds it.
+DEFAULT_ROWS: tuple[str, ...] = tuple(r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb")))
+
+
+def select_rows(spec: str) -> list[Row]:
+    """``default``, ``all`` or a comma-separated list of row ids, in table order.
+
+    :raises ValueError: an unknown id.
+    """
+    if spec == "default":
+        return [ROWS[r] for r in DEFAULT_ROWS]
+    if spec == "all":
+        return list(ROWS.values())
+    wanted = [part.strip() for part in spec.split(",") if part.strip()]
+    unknown = [r for r in wanted if r not in ROWS]
+    if unknown or not wanted:
+        raise ValueError(f"unknown row {', '.join(unknown) or repr(spec)}; "
+                         f"rows: default, all, or any of {', '.join(ROWS)}")
+    return [row for row in ROWS.values() if row.id in wanted]
+
+
+# Differences in work that the configuration cannot align, per framework (shown under the table and in docs).
+UNALIGNED: dict[str, list[str]] = {
+    "rlgames": [
+        "mixed_precision is CUDA-only in rl_games 1.6.5 (autocast('cuda') + GradScaler('cuda')): on CPU the "
+        "'mixed' row does fp32 work",
+        "always fused Adam (torch.optim.Adam(fused=True)); skrl's PPO uses torch's default Adam (a loop over "
+        "parameters on CPU, foreach on CUDA: 15 ms against 2.5 ms per step for the big network on a 2-core EPYC, "
+        "1 thread); omni-sfp follows train.ppo.fused_optimizer where it has it (the notes say 'fused Adam')",
+        "contiguous, never shuffled minibatches; skrl reshuffles every epoch (a gather per minibatch)",
+        "calls its learning-rate scheduler and reads the KL back (.item()) after every minibatch; with the "
+        "fixed rate used here the scheduler is the identity, so no KL-adaptive rate applies",
+        "bootstraps time-outs from the values it already has for the current step, never an extra forward",
+        "one host sync per env step (dones.nonzero() for episode statistics)",
+        "clamps and rescales actions to the action space itself (clip_actions); skrl leaves that to the env",
+        "computes an action-bound loss (bounds_loss_coef 0 here) and the PPO value loss as max(clipped, "
+        "unclipped); skrl takes the clipped one",
+        "writes TensorBoard scalars every update; the skrl rows write none (write_interval 0)",
+        "default PyTorch layer init (orthogonal in omni-sfp; no effect on speed)",
+    ],
+    "skrl": [
+        "driven by skrl's own SequentialTrainer (per-step timing bookkeeping); the omni-sfp rows by the "
+        "product's SFPTrainer",
+        "its time-limit bootstrap runs a value-only trunk forward on every step where some env truncated "
+        "(one host sync per step for truncated.any())",
+    ],
+    "omni": [
+        "with bootstrap on, omni-sfp evaluates V(next obs) on every step, served to the next step's policy and "
+        "value calls by the keyed cache (a miss there is a full forward: the double-pass row pays it)",
+    ],
+    "floor": [
+        "only the network's work: the rollout's inference forwards (horizon + 1 per update), then epochs x "
+        "minibatches of forward, backward and a fused Adam step on contiguous slices; no normalisation, GAE, "
+        "clipping or GradScaler",
+    ],
+}

@@ -1,0 +1,66 @@
+"""The compute floor: the network work of one PPO run and nothing else, in bare torch.
+
+Per update: ``horizon + 1`` inference forwards over all envs (the rollout and the last values), then
+``epochs x mini_batches`` steps of forward, backward and fused Adam on contiguous slices of a random batch.
+No environment, preprocessing, GAE, clipping or bookkeeping, and the fastest Adam torch has: what this work
+costs on this machine at best, so a row's ratio to it is its framework overhead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from omni_sfp.bench.configs import Row, Work
+from omni_sfp.models import make_mlp
+
+
+class FloorNet(nn.Module):
+    """The shared actor-critic's arithmetic: the same trunk, a mean head, a value head and a log std."""
+
+    def __init__(self, observation_size: int, action_size: int, work: Work) -> None:
+        super().__init__()
+        self.trunk = make_mlp(observation_size, work.units, work.activation)
+        self.policy_head = nn.Linear(work.units[-1], action_size)
+        self.value_head = nn.Linear(work.units[-1], 1)
+        self.log_std = nn.Parameter(torch.zeros(action_size))
+
+    def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.trunk(observations)
+        return self.policy_head(features), self.value_head(features)
+
+
+def run_floor(env, work: Work, row: Row, *, on_update: Callable[[], None]) -> dict[str, Any]:
+    """Run ``work.total_updates`` updates' worth of network work at the env's sizes; ``on_update`` after each."""
+    device = env.device
+    observation_size, action_size = env.observation_space.shape[0], env.action_space.shape[0]
+    net = FloorNet(observation_size, action_size, work).to(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=work.learning_rate, fused=True)
+    rollout_observations = torch.randn(work.num_envs, observation_size, device=device)
+    observations = torch.randn(work.batch_size, observation_size, device=device)
+    actions = torch.randn(work.batch_size, action_size, device=device)
+    advantages = torch.randn(work.batch_size, 1, device=device)
+    returns = torch.randn(work.batch_size, 1, device=device)
+
+    def autocast():
+        return torch.autocast(device_type=device.type, enabled=row.mixed_precision)
+
+    for _ in range(work.total_updates):
+        with torch.no_grad(), autocast():
+            for _ in range(work.horizon + 1):
+                net(rollout_observations)
+        for _ in range(work.epochs):
+            for start in range(0, work.batch_size, work.minibatch_size):
+                batch = slice(start, start + work.minibatch_size)
+                with autocast():
+                    mean, value = net(observations[batch])
+                    log_prob = -0.5 * ((actions[batch] - mean) * torch.exp(-net.log_std)).square().sum(-1, keepdim=True)
+                    log_prob = log_prob - net.log_std.sum()
+                    loss = -(log_prob * advantages[batch]).mean() + (value - returns[batch]).square().mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+        on_update()
+    return {"fused_adam": True}

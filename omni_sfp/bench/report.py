@@ -1,0 +1,187 @@
+"""From timed runs to the table: statistics, the reference table's slowing factors, issue 7's target ratios, and
+the markdown / JSON / PNG outputs."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from omni_sfp.bench.configs import UNALIGNED, Row, Work
+
+FP32_TARGET_SMALL_NETWORK = (256, 128, 64)  # issue 7 asks more of the fp32 ratio on this network
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min and max: the median resists the odd run slowed by a neighbour process."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return None if numerator is None or not denominator else numerator / denominator
+
+
+def summarize(rows: list[Row], runs: dict[str, list[dict[str, Any]]], work: Work) -> list[dict[str, Any]]:
+    """One entry per row: per-run and per-update spread, the slowing factors and the SFP speedup.
+
+    ``runs[row.id]`` holds the worker results of that row's repetitions (``seconds`` = the timed window).
+    """
+    entries = []
+    for row in rows:
+        seconds = [run["seconds"] for run in runs[row.id]]
+        entries.append({
+            "id": row.id, "label": row.label, "framework": row.framework, "precision": row.precision,
+            "single_forward_pass": row.single_forward_pass, "time_limit_bootstrap": row.time_limit_bootstrap,
+            "effective_precision": runs[row.id][0]["precision"],
+            "runs_s": seconds,
+            "run_s": spread(seconds),
+            "update_s": spread([s / work.updates for s in seconds]),
+            "info": [run["info"] for run in runs[row.id]],
+        })
+    median = {e["id"]: e["run_s"]["median"] for e in entries}
+    for entry in entries:
+        tlb = "-tlb" if entry["time_limit_bootstrap"] else ""
+        entry["vs_rlgames_mixed"] = ratio(median[entry["id"]], median.get("rlgames-mixed"))
+        entry["vs_rlgames_fp32"] = ratio(median[entry["id"]], median.get("rlgames-fp32"))
+        entry["vs_floor"] = ratio(median[entry["id"]], median.get(f"floor-{entry['precision']}"))
+        is_sfp = entry["framework"] == "omni" and entry["single_forward_pass"]
+        double = median.get(f"omni-double-{entry['precision']}{tlb}")
+        entry["sfp_speedup"] = ratio(double, median[entry["id"]]) if is_sfp else None
+    return entries
+
+
+def targets(entries: list[dict[str, Any]], work: Work) -> list[dict[str, Any]]:
+    """Issue 7's targets as measured ratios of medians (only those whose rows ran)."""
+    median = {e["id"]: e["run_s"]["median"] for e in entries}
+    fp32_limit = 0.80 if tuple(work.units) == FP32_TARGET_SMALL_NETWORK else 0.95
+    wanted = [("omni-sfp vs rl_games, mixed precision", "omni-sfp-mixed", "rlgames-mixed", "<=", 0.32),
+              ("omni-sfp vs rl_games, fp32", "omni-sfp-fp32", "rlgames-fp32", "<=", fp32_limit)]
+    for p in ("fp32", "mixed"):
+        wanted += [(f"omni-sfp vs skrl built-in SFP, {p}", f"omni-sfp-{p}", f"skrl-sfp-{p}", "<=", 1.00),
+                   (f"omni-sfp vs skrl built-in SFP, {p}, bootstrap on", f"omni-sfp-{p}-tlb", f"skrl-sfp-{p}-tlb", "<=",
+                    0.92)]
+    for p in ("fp32", "mixed"):
+        wanted.append((f"SFP speedup over double pass, {p}", f"omni-double-{p}", f"omni-sfp-{p}", ">=", 1.9))
+    for p in ("fp32", "mixed"):
+        wanted.append((f"omni-sfp vs compute floor, {p}", f"omni-sfp-{p}", f"floor-{p}", "<=", 1.05))
+    found = []
+    for name, numerator, denominator, op, limit in wanted:
+        value = ratio(median.get(numerator), median.get(denominator))
+        if value is not None:
+            met = value <= limit if op == "<=" else value >= limit
+            found.append({"name": name, "ratio": f"{numerator} / {denominator}", "value": value,
+                          "target": f"{op} {limit:.2f}x", "met": met})
+    return found
+
+
+def _x(value: float | None, base_id: str, row_id: str) -> str:
+    if row_id == base_id:
+        return "1 (base)"
+    return "" if value is None else f"{value:.3f}x"
+
+
+def _notes(entry: dict[str, Any]) -> str:
+    notes = [] if entry["effective_precision"] in ("fp32", "bf16 autocast") else [entry["effective_precision"]]
+    hits = [info["sfp_hit_rate"] for info in entry["info"] if "sfp_hit_rate" in info]
+    if hits:
+        notes.append(f"cache hits {100 * min(hits):.0f}%")
+    if any(info.get("fused_adam") for info in entry["info"]):
+        notes.append("fused Adam")
+    if any(info.get("torch_compile") for info in entry["info"]):
+        notes.append("torch.compile")
+    return "; ".join(notes)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The table (the reference table's columns plus issue 7's), the targets, the work and what differs."""
+    meta, work = report["meta"], report["work"]
+    lines = [
+        f"# omni-sfp benchmark: {report['preset']} preset, {meta['date']}",
+        "",
+        f"- machine: {meta['cpu']}, {meta['cores']} cores, device {meta['device']}, torch threads {meta['threads']}, "
+        f"load average {meta['load_before']:.2f} before / {meta['load_after']:.2f} after",
+        f"- versions: python {meta['python']}, torch {meta['torch']}, skrl {meta['skrl']}, rl_games {meta['rl_games']}",
+        f"- command: `{meta['command']}`",
+        f"- env: {meta['env']}",
+        f"- work per run: network {list(work['units'])}, {work['num_envs']} envs, horizon {work['horizon']}, "
+        f"{work['updates']} timed PPO updates (+{work['warmup_updates']} warm-up) = "
+        f"{work['updates'] * work['num_envs'] * work['horizon']} env steps, {work['epochs']} mini-epochs x "
+        f"{work['num_envs'] * work['horizon'] // work['minibatch_size']} minibatches of {work['minibatch_size']}, "
+        f"fixed learning rate {work['learning_rate']}, input and value normalisation on",
+        f"- timing: {report['repetitions']} interleaved repetition{'s' if report['repetitions'] != 1 else ''}, "
+        "each run in a fresh process; medians [min-max]",
+        "",
+        "| configuration | precision | s/run | s/update | vs rl_games mixed | vs rl_games fp32 | vs floor | "
+        "SFP speedup | notes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in report["rows"]:
+        run, upd = e["run_s"], e["update_s"]
+        speedup = "" if e["sfp_speedup"] is None else f"{e['sfp_speedup']:.2f}x"
+        vs_floor = "" if e["framework"] == "floor" or e["vs_floor"] is None else f"{e['vs_floor']:.3f}x"
+        lines.append(
+            f"| {e['label']} | {e['precision']} | {run['median']:.2f} [{run['min']:.2f}-{run['max']:.2f}] | "
+            f"{upd['median']:.3f} [{upd['min']:.3f}-{upd['max']:.3f}] | "
+            f"{_x(e['vs_rlgames_mixed'], 'rlgames-mixed', e['id'])} | "
+            f"{_x(e['vs_rlgames_fp32'], 'rlgames-fp32', e['id'])} | "
+            f"{vs_floor} | {speedup} | {_notes(e)} |")
+    if report["targets"]:
+        lines += ["", "Issue 7 targets (ratios of medians; set for the big network on the cpu preset):", "",
+                  "| target | ratio | measured | target | met |", "|---|---|---|---|---|"]
+        for t in report["targets"]:
+            lines.append(f"| {t['name']} | {t['ratio']} | {t['value']:.3f}x | {t['target']} | "
+                         f"{'yes' if t['met'] else 'no'} |")
+    frameworks = {e["framework"] for e in report["rows"]}
+    lines += ["", "Work that cannot be aligned:", ""]
+    for framework, items in UNALIGNED.items():
+        if framework in frameworks:
+            lines += [f"- {framework}: {item}" for item in items]
+    return "\n".join(lines) + "\n"
+
+
+def save(report: dict[str, Any], stem: Path) -> list[Path]:
+    """Write ``<stem>.json``, ``<stem>.md`` and ``<stem>.png``; returns their paths."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".json"), stem.with_suffix(".md"), stem.with_suffix(".png")]
+    paths[0].write_text(json.dumps(report, indent=2))
+    paths[1].write_text(markdown(report))
+    chart(report, paths[2])
+    return paths
+
+
+COLORS = {"rlgames": "tab:blue", "omni": "tab:green", "skrl": "tab:orange", "floor": "tab:gray"}
+
+
+def chart(report: dict[str, Any], path: Path) -> None:
+    """Median seconds per PPO update per row, min-max whiskers, the floors as dashed lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.6))
+    medians = [e["update_s"]["median"] for e in rows]
+    errors = [[m - e["update_s"]["min"] for m, e in zip(medians, rows)],
+              [e["update_s"]["max"] - m for m, e in zip(medians, rows)]]
+    positions = range(len(rows))
+    bars = ax.barh(positions, medians, xerr=errors, color=[COLORS[e["framework"]] for e in rows], capsize=3)
+    for bar, e in zip(bars, rows):
+        if e["precision"] == "mixed":
+            bar.set_hatch("//")
+    for e in rows:
+        if e["framework"] == "floor":
+            ax.axvline(e["update_s"]["median"], color="k", linestyle="--" if e["precision"] == "fp32" else ":",
+                       linewidth=0.8, label=f"compute floor, {e['precision']}")
+    ax.set_yticks(list(positions), [e["label"] for e in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per PPO update (median of interleaved runs, min-max)")
+    meta = report["meta"]
+    ax.set_title(f"{report['preset']} preset, network {list(report['work']['units'])}, {meta['cpu']}, "
+                 f"{meta['threads']} threads, {meta['date']}", fontsize=8)
+    if any(e["framework"] == "floor" for e in rows):
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,222 @@
+"""The benchmark's pieces: every row runs and reports finite numbers, the ratio arithmetic, the replay env, the
+Welch verdicts and the CLI's one-line errors. Tiny sizes: the numbers themselves mean nothing here."""
+
+import dataclasses
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from omni_sfp.bench import report
+from omni_sfp.bench.__main__ import main
+from omni_sfp.bench.configs import DEFAULT_ROWS, PRESETS, ROWS, Work, precision_effect, select_rows
+from omni_sfp.bench.envs import make_bench_env
+from omni_sfp.bench.quality import welch
+from omni_sfp.bench.replay import Recording, ReplayTask, record
+from omni_sfp.bench.timing import run_worker
+from omni_sfp.bench.worker import measure
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK, _ = PRESETS["quick"]
+HAS_RLGAMES = importlib.util.find_spec("rl_games") is not None
+NO_RLGAMES = "rl_games is not installed (it is in the optional [bench] extra: pip install 'omni-sfp[bench]')"
+
+
+@pytest.fixture(scope="module")
+def quick_runs(tmp_path_factory):
+    """One quick run of every row. rl_games runs in a worker process, as in the benchmark: it sets torch-wide
+    flags (matmul precision, print options) that must not leak into this test process."""
+    scratch = tmp_path_factory.mktemp("bench")
+    threads = torch.get_num_threads()
+    runs = {}
+    try:
+        for row in ROWS.values():
+            if row.framework == "rlgames":
+                if HAS_RLGAMES:
+                    runs[row.id] = run_worker(row, QUICK, device="cpu", seed=0, threads=1, replay=None,
+                                              rlgames_compile=False, scratch=scratch, tag=row.id)
+            else:
+                runs[row.id] = measure(row, QUICK, device="cpu", seed=0, threads=1, scratch=scratch)
+    finally:
+        torch.set_num_threads(threads)
+    return runs
+
+
+def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(quick_runs, tmp_path):
+    expected = [r for r in ROWS if HAS_RLGAMES or not r.startswith("rlgames")]
+    assert sorted(quick_runs) == sorted(expected)
+    for row_id, run in quick_runs.items():
+        assert run["seconds"] > 0 and math.isfinite(run["seconds"]), row_id
+        assert len(run["update_seconds"]) == QUICK.updates, row_id
+        assert run["threads"] == 1, row_id
+    assert quick_runs["omni-sfp-fp32"]["info"]["sfp_hit_rate"] == 1.0
+    assert "sfp_hit_rate" not in quick_runs["omni-double-fp32"]["info"]
+
+    rows = [ROWS[r] for r in expected]
+    entries = report.summarize(rows, {r: [run] for r, run in quick_runs.items()}, QUICK)
+    document = {"preset": "quick", "repetitions": 1, "work": dataclasses.asdict(QUICK), "rows": entries,
+                "targets": report.targets(entries, QUICK),
+                "meta": {"date": "today", "cpu": "cpu", "cores": 2, "device": "cpu", "threads": 1, "load_before": 0.0,
+                         "load_after": 0.0, "python": "3", "torch": "t", "skrl": "s", "rl_games": "r",
+                         "command": "python -m omni_sfp.bench --quick", "env": "ConstantCost"}}
+    paths = report.save(document, tmp_path / "bench")
+    assert all(p.is_file() for p in paths)
+    table = paths[1].read_text()
+    assert all(f"| {ROWS[r].label} |" in table for r in expected)
+    for entry in json.loads(paths[0].read_text())["rows"]:
+        for key in ("run_s", "update_s"):
+            assert all(math.isfinite(value) for value in entry[key].values())
+        if HAS_RLGAMES and entry["id"] != "rlgames-mixed":
+            assert entry["vs_rlgames_mixed"] > 0
+
+
+@pytest.mark.skipif(not HAS_RLGAMES, reason=NO_RLGAMES)
+def test_rlgames_is_driven_the_oige_way_with_compile_off_and_max_steps_unset(quick_runs, tmp_path):
+    from omni_sfp.bench.rlgames import rlgames_config
+
+    config = rlgames_config(QUICK, ROWS["rlgames-mixed"], device="cpu", seed=0, threads=1, train_dir=str(tmp_path),
+                            compile_model=False, bounded_actions=True)["params"]["config"]
+    assert config["torch_compile"] is False and "max_steps" not in config
+    assert config["max_epochs"] == QUICK.total_updates and config["lr_schedule"] is None
+    assert config["minibatch_size"] == QUICK.minibatch_size and config["mini_epochs"] == QUICK.epochs
+    assert quick_runs["rlgames-mixed"]["precision"] == "fp32 (rl_games' mixed precision is CUDA-only)"
+    assert quick_runs["rlgames-fp32"]["info"] == {"torch_compile": False, "fused_adam": True}
+
+
+def _fake(seconds, precision="fp32"):
+    return [{"seconds": s, "precision": precision, "info": {}} for s in seconds]
+
+
+def test_medians_slowing_factors_speedup_and_targets_from_hand_made_numbers():
+    work = dataclasses.replace(QUICK, updates=4)
+    runs = {"rlgames-fp32": _fake([12.0, 10.0, 14.0]), "rlgames-mixed": _fake([8.0, 9.0, 7.0]),
+            "omni-double-fp32": _fake([20.0, 21.0, 19.0]), "omni-sfp-fp32": _fake([10.0, 9.0, 11.0]),
+            "floor-fp32": _fake([8.0, 8.0, 8.0])}
+    entries = {e["id"]: e for e in report.summarize(select_rows(",".join(runs)), runs, work)}
+    sfp = entries["omni-sfp-fp32"]
+    assert sfp["run_s"] == {"median": 10.0, "min": 9.0, "max": 11.0}
+    assert sfp["update_s"] == {"median": 2.5, "min": 2.25, "max": 2.75}
+    assert sfp["vs_rlgames_mixed"] == pytest.approx(10 / 8)
+    assert sfp["vs_rlgames_fp32"] == pytest.approx(10 / 12)
+    assert sfp["vs_floor"] == pytest.approx(10 / 8)
+    assert sfp["sfp_speedup"] == pytest.approx(20 / 10)
+    assert entries["omni-double-fp32"]["sfp_speedup"] is None and entries["rlgames-fp32"]["vs_rlgames_fp32"] == 1.0
+
+    found = {t["name"]: t for t in report.targets(list(entries.values()), work)}
+    assert found["omni-sfp vs rl_games, fp32"]["value"] == pytest.approx(10 / 12)
+    assert found["omni-sfp vs rl_games, fp32"]["met"] is True  # 0.833 <= 0.95 (not the small network)
+    assert found["SFP speedup over double pass, fp32"]["met"] is True  # 2.0 >= 1.9
+    assert found["omni-sfp vs compute floor, fp32"]["met"] is False  # 1.25 > 1.05
+    assert "omni-sfp vs rl_games, mixed precision" not in found  # its row did not run
+    small = dataclasses.replace(work, units=(256, 128, 64))
+    assert next(t for t in report.targets(list(entries.values()), small) if t["name"].endswith("fp32"))["met"] is False
+
+
+def test_row_selection_and_the_precision_each_row_really_computes():
+    assert [r.id for r in select_rows("default")] == list(DEFAULT_ROWS)
+    assert len(select_rows("all")) == len(ROWS) > len(DEFAULT_ROWS)
+    assert [r.id for r in select_rows("floor-fp32,rlgames-fp32")] == ["rlgames-fp32", "floor-fp32"]
+    with pytest.raises(ValueError, match="nope"):
+        select_rows("nope")
+    assert precision_effect(ROWS["rlgames-mixed"], "cuda") == "bf16 autocast + GradScaler"
+    assert "CUDA-only" in precision_effect(ROWS["rlgames-mixed"], "cpu")
+    assert precision_effect(ROWS["omni-sfp-mixed"], "cpu") == "bf16 autocast"
+
+
+def test_replay_plays_back_exactly_what_was_recorded_then_loops_with_a_truncation(tmp_path):
+    recording = record("LQR60x8", steps=5, num_envs=4, device="cpu", seed=3)
+    recording.save(tmp_path / "rec.pt")
+    loaded = Recording.load(tmp_path / "rec.pt", "cpu")
+    assert torch.equal(loaded.observations, recording.observations) and loaded.task == "LQR60x8"
+
+    replay = ReplayTask(loaded, phase=0)
+    observations, _ = replay.reset()
+    assert torch.equal(observations, recording.observations[0])
+    actions = torch.zeros(4, 8)
+    for lap in range(2):
+        for t in range(5):
+            observations, rewards, terminated, truncated, _ = replay.step(actions)
+            assert torch.equal(rewards, recording.rewards[t])
+            assert torch.equal(terminated, recording.terminated[t])
+            following = (t + 1) % 5
+            assert torch.equal(observations, recording.observations[following])
+            assert truncated.all() if following == 0 else torch.equal(truncated, recording.truncated[t])
+
+
+def test_staggered_replay_phases_play_each_env_its_own_recorded_stream():
+    recording = record("ConstantCost", steps=4, num_envs=4, device="cpu", seed=0)
+    replay = ReplayTask(recording)  # default phases 0, 1, 2, 3: one env loops on every step
+    observations, _ = replay.reset()
+    for t in range(8):
+        position = (torch.arange(4) + t) % 4
+        assert torch.equal(observations, recording.observations[position, torch.arange(4)])
+        observations, rewards, _, truncated, _ = replay.step(torch.zeros(4, 8))
+        assert torch.equal(rewards, recording.rewards[position, torch.arange(4)])
+        assert truncated.sum() == 1
+
+
+def test_the_benchmark_env_truncates_one_env_per_step_from_the_first_step():
+    env = make_bench_env(QUICK, device="cpu", seed=0)
+    env.reset()
+    for _ in range(2 * QUICK.episode_length):
+        *_, truncated, _ = env.step(torch.zeros(QUICK.num_envs, 8))
+        assert int(truncated.sum()) == QUICK.num_envs // QUICK.episode_length
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ([100.0, 101.0, 99.0, 100.5, 99.5], [100.2, 99.8, 100.9, 99.1, 100.0], "no significant difference"),
+        ([100.0, 101.0, 99.0, 100.5, 99.5], [90.0, 91.0, 89.0, 90.5, 89.5], "significant difference"),
+        ([100.0], [90.0, 91.0], "undetermined"),
+        ([5.0, 5.0], [5.0, 5.0], "identical results"),
+    ],
+)
+def test_welch_verdicts(a, b, expected):
+    result = welch("single vs double pass, fp32", a, b)
+    assert result["verdict"].startswith(f"single vs double pass, fp32: {expected}")
+    assert "\n" not in result["verdict"]
+    if expected.endswith("difference"):
+        assert result["significant"] is (expected == "significant difference")
+        assert result["p_value"] == pytest.approx(__import__("scipy").stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--envs", "0"], "'0' is not a positive integer"),
+        (["--preset", "gpu"], "invalid choice: 'gpu'"),
+        (["--units", "a,b"], "'a,b' is not a comma-separated list"),
+        (["--minibatch", "3"], "does not divide"),
+        (["--rows", "nope"], "unknown row nope"),
+        (["--task", "Cartpole"], "--task needs --replay"),
+        (["--quality", "--replay", "4"], "--replay does not apply with --quality"),
+        (["--seeds", "3"], "--seeds does not apply without --quality"),
+        (["--quality", "--quality-tasks", "Cartpol"], "unknown task 'Cartpol'"),
+        (["--quick", "--preset", "cpu"], "--quick contradicts --preset cpu"),
+    ],
+)
+def test_bad_arguments_print_one_line_and_exit_2(args, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("omni_sfp.bench: error: ") and expected in err and err.count("\n") == 1
+
+
+def test_the_command_itself_exits_2_on_a_bad_argument():
+    result = subprocess.run([sys.executable, "-m", "omni_sfp.bench", "--repetitions", "-1"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip() == "omni_sfp.bench: error: argument --repetitions: '-1' is not a positive integer"
+
+
+def test_work_rejects_a_rollout_that_does_not_split_into_minibatches():
+    with pytest.raises(ValueError, match="does not divide"):
+        Work(units=(8,), num_envs=3, horizon=5, updates=1, warmup_updates=1, epochs=1, minibatch_size=4,
+             episode_length=5).check()
