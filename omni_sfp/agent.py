@@ -197,7 +197,8 @@ class SFPPPO(PPO):
             rewards = self.cfg.rewards_shaper(rewards, timestep, timesteps)
 
         if self.cfg.time_limit_bootstrap:
-            self.shareable_calls += 1
+            if (self._rollout + 1) % self.cfg.rollouts:  # the next step reuses it, unless an update comes first
+                self.shareable_calls += 1
             with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
                 inputs = {
                     "observations": self._observation_preprocessor(next_observations),
