@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["SharedActorCritic", "SingleForwardPass", "SFPStats", "__version__"]
+__all__ = ["SFPStats", "SharedActorCritic", "SingleForwardPass", "__version__"]
 
 _LAZY = {
     "SharedActorCritic": "omni_sfp.models",
@@ -24,7 +24,7 @@ _LAZY = {
 # without installing), let the subpackage omni_sfp.tasks resolve to that folder.
 _CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
 if not (Path(__file__).parent / "tasks").is_dir() and (_CHECKOUT_ROOT / "extension.toml").is_file():
-    __path__.append(str(_CHECKOUT_ROOT))  # noqa: F821 (the package's own __path__)
+    __path__.append(str(_CHECKOUT_ROOT))
 
 if TYPE_CHECKING:
     from omni_sfp.cache import SFPStats, SingleForwardPass

@@ -548,11 +548,11 @@ def _last_line(path: Path) -> str:
 __all__ = [
     "CACHE_CHECKS",
     "DEFAULTS",
+    "STATES",
+    "TOGGLES",
     "PanelModel",
     "Readout",
     "RunError",
-    "STATES",
-    "TOGGLES",
     "Toggle",
     "ToggleError",
     "coerce",

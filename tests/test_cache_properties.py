@@ -83,7 +83,7 @@ operations = st.one_of(
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def models(cache_check: str) -> tuple:
     """Built once per cache mode (building costs ~10 ms, more than a whole sequence); reset for each one."""
     torch.manual_seed(0)

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from ppo_driver import BOX_ACT, BOX_OBS, make_agent, run
 
 from omni_sfp import SharedActorCritic
 from omni_sfp.models import GaussianActor, ValueCritic
-from ppo_driver import BOX_ACT, BOX_OBS, make_agent, run
 
 
 def shared(cache_check: str) -> SharedActorCritic:

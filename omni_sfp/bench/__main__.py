@@ -217,10 +217,10 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
 
 
 def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
+    import torch
+
     from omni_sfp.bench.quality import markdown, plot, run_quality
     from omni_sfp.registry import get_task
-
-    import torch
 
     torch.set_num_threads(threads)
     seeds = args.seeds or 5

@@ -8,7 +8,8 @@ costs on this machine at best, so a row's ratio to it is its framework overhead.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -9,7 +9,8 @@ dependency (``pip install 'omni-sfp[bench]'``).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from rl_games.common import env_configurations, vecenv

@@ -3,7 +3,8 @@ under skrl's SequentialTrainer. It is the peer that omni-sfp's safe, keyed cache
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from skrl.agents.torch.ppo import PPO
 from skrl.memories.torch import RandomMemory

@@ -77,13 +77,13 @@ def slope_per_100(points: list[tuple[int, float]]) -> float:
 
 
 def run(overrides: list[str], *, iterations: int, every: int, threads: int, warmup: int) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+    from skrl.utils import set_seed
+
     from omni_sfp.cache import sfp_modules
     from omni_sfp.config import load_config, num_envs
     from omni_sfp.registry import make_env
     from omni_sfp.runner import SFPTrainer, StopRequested, build_agent, build_models, resolve_device
-
-    from omegaconf import OmegaConf
-    from skrl.utils import set_seed
 
     torch.set_num_threads(threads)
     cfg = load_config([*overrides, f"max_iterations={iterations}"])

@@ -9,8 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import omni_sfp
 from omni_sfp.bench.configs import Row, Work

@@ -24,11 +24,11 @@ class EmbeddedEnvWrapper(Wrapper):
 
     def state(self) -> None:
         """The embedded tasks have no privileged state beyond the observation."""
-        return None
+        return
 
     def render(self, *args, **kwargs) -> None:
         """The embedded tasks are headless: nothing to draw."""
-        return None
+        return
 
     def close(self) -> None:
         self._env.close()

@@ -175,7 +175,7 @@ def make_oige_env(
     """
     import torch
 
-    task = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+    task = name.removeprefix(PREFIX)
     package = package_dir()
     keys = devices(str(device), torch.cuda.is_available())
     cfg = oige_config(

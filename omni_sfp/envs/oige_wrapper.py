@@ -82,7 +82,7 @@ class OmniIsaacGymWrapper(Wrapper):
 
     def render(self, *args, **kwargs) -> None:
         """Isaac Sim renders inside ``step`` when not headless; nothing to do."""
-        return None
+        return
 
     def close(self) -> None:
         """Close the env, which closes Isaac Sim's SimulationApp."""

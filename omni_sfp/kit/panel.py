@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import omni.ui as ui
+from omni import ui
 
 from omni_sfp.panel_model import CACHE_CHECKS, PanelModel, RunError
 

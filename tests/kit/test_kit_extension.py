@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 from kit_harness import ROOT, run_kit
 
 MANIFEST_SETTINGS = tomllib.loads((ROOT / "extension.toml").read_text())["settings"]["exts"]["omni.sfp"]

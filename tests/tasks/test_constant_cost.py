@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from omni_sfp.tasks.constant_cost import ConstantCost
 
 
