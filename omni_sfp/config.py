@@ -161,6 +161,7 @@ def validate(cfg: DictConfig) -> None:
                           "must be a non-empty list of positive integers, e.g. [256,128,64]")
     _require(cfg, "train.models.activation", str, choices=ACTIVATIONS)
     _require(cfg, "train.models.initial_log_std", (int, float))
+    _require(cfg, "train.models.compile", bool)
 
     ppo = "train.ppo."
     _require(cfg, ppo + "rollouts", int, minimum=1)

@@ -82,7 +82,10 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     if m.separate:
         kwargs = dict(units=units, activation=m.activation)
         policy = GaussianActor(env.observation_space, env.action_space, device, initial_log_std=m.initial_log_std, **kwargs)
-        return {"policy": policy, "value": ValueCritic(env.observation_space, env.action_space, device, **kwargs)}
+        value = ValueCritic(env.observation_space, env.action_space, device, **kwargs)
+        if m.compile:
+            policy.net, value.net = torch.compile(policy.net), torch.compile(value.net)
+        return {"policy": policy, "value": value}
     model = SharedActorCritic(
         env.observation_space,
         env.action_space,
@@ -93,6 +96,8 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
         cache_check=cfg.train.sfp.cache_check,
         initial_log_std=m.initial_log_std,
     )
+    if m.compile:  # compile the MLP inside the cache: the cache's keys stay in Python, the math gets fused
+        model.trunk.trunk = torch.compile(model.trunk.trunk)
     return {"policy": model, "value": model}
 
 

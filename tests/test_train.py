@@ -94,7 +94,7 @@ def test_cartpole_learns_to_balance(tmp_path):
 @pytest.mark.parametrize("overrides", [["train.mixed_precision=true"], ["train.models.separate=true"],
                                        ["train.sfp.cache_check=off"], ["task=LQR60x8", "num_envs=32"],
                                        ["task=ConstantCost", "num_envs=32"],
-                                       ["task=gym:Pendulum-v1", "num_envs=4"]])
+                                       ["task=gym:Pendulum-v1", "num_envs=4"], ["train.models.compile=true"]])
 def test_variants_run(tmp_path, overrides):
     cfg = load_config([*SMALL, "max_iterations=2", f"runs_dir={tmp_path}", *overrides])
     summary = Runner(cfg, disable_progressbar=True).train()
