@@ -41,6 +41,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from omni_sfp import SharedActorCritic
+from tolerances import summation_order_bound
 
 OBS, ACT = 3, 2
 settings.register_profile("ci", max_examples=2000, deadline=None, derandomize=True, database=None,
@@ -147,7 +148,7 @@ def compare_gradients(cached, twin, bf16: bool) -> None:
             assert p.grad is None and q.grad is None, f"gradient of {name}: present in one model only"
             continue
         scale = q.grad.abs().max().item()
-        bound = (2**-5 * scale) if bf16 else (1e-5 * scale + 1e-7)
+        bound = summation_order_bound(q.grad, bf16)
         difference = (p.grad - q.grad).abs().max().item()
         kind = "bf16" if bf16 else "fp32"
         WORST[kind] = max(WORST[kind], difference / scale if scale else 0.0)

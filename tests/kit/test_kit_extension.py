@@ -21,6 +21,10 @@ import json, os, signal, sys, time
 args = dict(a.split("=", 1) for a in sys.argv[1:])
 stopped = []
 signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
+go = os.environ.get("FAKE_RUNNER_GO")
+deadline = time.monotonic() + 30
+while go and not os.path.exists(go) and time.monotonic() < deadline:  # held until the test lets it go
+    time.sleep(0.01)
 with open(args["progress_file"], "a") as f:
     for i in range(1, int(args["max_iterations"]) + 1):
         if stopped:
@@ -128,9 +132,12 @@ def test_training_runs_as_a_subprocess_polled_by_the_update_loop(tmp_path):
         model.runner_module = "fake_runner"                    # stands in for omni_sfp.train (no torch here)
         model.pythonpath = [{str(tmp_path)!r}]
         model.set("max_iterations", 5)
-        started = time.monotonic()
-        model.start_training()
-        results["start_s"] = time.monotonic() - started
+        import os
+        go = {str(tmp_path / "go")!r}
+        os.environ["FAKE_RUNNER_GO"] = go                      # the runner waits for this file
+        model.start_training()                                 # would hang here if the UI thread waited
+        results["at_start"] = [model.readout.state, model.readout.iteration, model.running]
+        open(go, "w").close()
         pump_until(lambda: settings.get("/exts/omni.sfp/state/run_state") == "finished")
         r = model.readout
         results["readout"] = [r.state, r.exit_code, r.iteration, r.sps, r.mean_return, r.sfp_hit_rate]
@@ -139,7 +146,7 @@ def test_training_runs_as_a_subprocess_polled_by_the_update_loop(tmp_path):
         results["run_dir"] = r.run_dir
         """,
     )
-    assert run.results["start_s"] < 2.0  # the UI thread does not wait for the run
+    assert run.results["at_start"] == ["running", None, True]  # the UI thread does not wait for the run
     assert run.results["readout"] == ["finished", 0, 5, 500.0, 5.0, 0.5]
     assert run.results["summary"] == "finished, exit code 0"
     assert run.results["python"] == sys.executable  # Kit's Python here is a python: used as is
