@@ -16,8 +16,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from omni_sfp.schema import CACHE_CHECKS  # defined once, with every setting
+
 CacheCheck = Literal["identity", "content", "auto", "off"]
-CACHE_CHECKS: tuple[str, ...] = ("identity", "content", "auto", "off")
 
 _DROPOUT_TYPES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 

@@ -13,10 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-CACHE_CHECKS = ("identity", "content", "auto", "off")
-ACTIVATIONS = ("elu", "relu", "tanh", "leaky_relu", "selu", "silu", "gelu")
-LR_SCHEDULES = ("kl_adaptive", "fixed")
-CHECK_FINITE = ("raise", "skip", "off")  # omni_sfp.agent.CHECK_FINITE (repeated: importing the agent imports skrl)
+from omni_sfp import schema
 
 
 class ConfigError(ValueError):
@@ -84,21 +81,14 @@ def _get(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, throw_on_missing=True)
 
 
-def _require(cfg: DictConfig, key: str, kind: type | tuple[type, ...], *, minimum: float | None = None,
-             maximum: float | None = None, choices: tuple | None = None, allow_none: bool = False) -> Any:
+def _check(cfg: DictConfig, key: str) -> Any:
+    """The value of ``key``, checked against its :mod:`omni_sfp.schema` entry (type, range, choices)."""
     value = _get(cfg, key)
-    if value is None and allow_none:
-        return value
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise ConfigError(f"{key}={value!r}: expected {names}{' or null' if allow_none else ''}")
-    if choices is not None and value not in choices:
-        raise ConfigError(f"{key}={value!r}: must be one of {', '.join(map(str, choices))}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{key}={value!r}: must be >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{key}={value!r}: must be <= {maximum}")
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value)
+    problem = schema.setting(key).problem(value)
+    if problem is not None:
+        raise ConfigError(f"{key}={value!r}: {problem}")
     return value
 
 
@@ -112,7 +102,7 @@ def max_iterations(cfg: DictConfig) -> int:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Check every key's type and range, and the combinations between them.
+    """Check every key of the schema (type, range, choices), then the combinations between keys.
 
     :raises ConfigError: on the first bad value, naming the key, the value and what is allowed.
     """
@@ -122,28 +112,22 @@ def validate(cfg: DictConfig) -> None:
         get_task(cfg.task.name)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    _require(cfg, "num_envs", int, minimum=1, allow_none=True)
-    _require(cfg, "task.env.num_envs", int, minimum=1)
-    _require(cfg, "seed", int, minimum=0, maximum=2**31 - 1)  # numpy's legacy seeding; skrl adds the rank
-    device = _require(cfg, "device", str)
-    if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise ConfigError(f"device={device!r}: must be auto, cpu, cuda or cuda:N")
-    _require(cfg, "headless", bool)
-    _require(cfg, "torch_deterministic", bool)
-    _require(cfg, "max_iterations", int, minimum=1, allow_none=True)
-    _require(cfg, "train.max_iterations", int, minimum=1)
-    experiment = _require(cfg, "experiment", str)
-    if "/" in experiment or os.sep in experiment:
-        raise ConfigError(f"experiment={experiment!r}: must be a folder-name suffix, without '/'")
     if _get(cfg, "task_name") != cfg.task.name:
         raise ConfigError(f"task_name={_get(cfg, 'task_name')!r}: read-only (it is task.name); choose the task with "
                           "task=<name>")
-    _require(cfg, "checkpoint", str)
-    _require(cfg, "test", bool)
-    _require(cfg, "test_episodes", int, minimum=1)
-    _require(cfg, "resume", bool)
-    _require(cfg, "runs_dir", str)
-    _require(cfg, "progress_file", str, allow_none=True)
+    check_finite = _get(cfg, "train.check_finite")
+    if isinstance(check_finite, bool):
+        raise ConfigError(f"train.check_finite={check_finite!r}: must be one of {', '.join(schema.CHECK_FINITE)} "
+                          "(true/false of older configs: raise/off)")
+    for setting in schema.SETTINGS:
+        if setting.key != "task":  # a Hydra group, checked by the registry above
+            _check(cfg, setting.key)
+    _require_int(cfg, "task.env.num_envs", minimum=1)
+
+    experiment = cfg.experiment
+    if "/" in experiment or os.sep in experiment:
+        raise ConfigError(f"experiment={experiment!r}: must be a folder-name suffix, without '/'")
+    _check_device_exists(cfg.device)
     if cfg.test and not cfg.checkpoint:
         raise ConfigError("test=true needs checkpoint=<file or run folder>")
     if cfg.resume and not cfg.checkpoint:
@@ -151,64 +135,49 @@ def validate(cfg: DictConfig) -> None:
     if cfg.resume and cfg.test:
         raise ConfigError("resume=true and test=true: resume continues training, test plays a checkpoint; pick one")
 
-    _require(cfg, "train.mixed_precision", bool)
-    _require(cfg, "train.sfp.enabled", bool)
-    _require(cfg, "train.sfp.cache_check", str, choices=CACHE_CHECKS)
-    _require(cfg, "train.models.separate", bool)
-    units = _get(cfg, "train.models.units")
-    if not OmegaConf.is_list(units) or not units or not all(isinstance(u, int) and u > 0 for u in units):
-        raise ConfigError(f"train.models.units={OmegaConf.to_container(units) if OmegaConf.is_config(units) else units!r}: "
-                          "must be a non-empty list of positive integers, e.g. [256,128,64]")
-    _require(cfg, "train.models.activation", str, choices=ACTIVATIONS)
-    _require(cfg, "train.models.initial_log_std", (int, float))
-    _require(cfg, "train.models.compile", bool)
-
-    ppo = "train.ppo."
-    _require(cfg, ppo + "rollouts", int, minimum=1)
-    _require(cfg, ppo + "learning_epochs", int, minimum=1)
-    mini_batches = _require(cfg, ppo + "mini_batches", int, minimum=1)
-    _require(cfg, ppo + "discount_factor", (int, float), minimum=0, maximum=1)
-    _require(cfg, ppo + "gae_lambda", (int, float), minimum=0, maximum=1)
-    _require(cfg, ppo + "learning_rate", (int, float), minimum=0)
-    if _get(cfg, ppo + "learning_rate") <= 0:
-        raise ConfigError(f"{ppo}learning_rate={_get(cfg, ppo + 'learning_rate')!r}: must be > 0")
-    _require(cfg, ppo + "learning_rate_schedule", str, choices=LR_SCHEDULES)
-    _require(cfg, ppo + "desired_kl", (int, float), minimum=0)
-    if cfg.train.ppo.learning_rate_schedule == "kl_adaptive" and cfg.train.ppo.desired_kl <= 0:
-        raise ConfigError(f"{ppo}desired_kl={cfg.train.ppo.desired_kl!r}: must be > 0 with "
+    ppo = cfg.train.ppo
+    if ppo.learning_rate_schedule == "kl_adaptive" and ppo.desired_kl <= 0:
+        raise ConfigError(f"train.ppo.desired_kl={ppo.desired_kl!r}: must be > 0 with "
                           "learning_rate_schedule=kl_adaptive")
-    kl_threshold = _require(cfg, ppo + "kl_threshold", (int, float), minimum=0)
-    if kl_threshold and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError(f"{ppo}kl_threshold={kl_threshold!r}: must be 0 in a multi-process run (each rank would stop "
-                          "its epoch on its own KL, and the ranks' gradient all-reduces would no longer pair up)")
-    _require(cfg, ppo + "ratio_clip", (int, float), minimum=0)
-    if cfg.train.ppo.ratio_clip <= 0:
-        raise ConfigError(f"{ppo}ratio_clip={cfg.train.ppo.ratio_clip!r}: must be > 0")
-    _require(cfg, ppo + "value_clip", (int, float), minimum=0)
-    _require(cfg, ppo + "entropy_loss_scale", (int, float))
-    _require(cfg, ppo + "value_loss_scale", (int, float), minimum=0)
-    _require(cfg, ppo + "grad_norm_clip", (int, float), minimum=0)
-    _require(cfg, ppo + "fused_optimizer", bool)
-    _require(cfg, ppo + "time_limit_bootstrap", bool)
-    _require(cfg, ppo + "observation_normalization", bool)
-    _require(cfg, ppo + "value_normalization", bool)
-    _require(cfg, ppo + "rewards_scale", (int, float))
-    if cfg.train.ppo.rewards_scale <= 0:
-        raise ConfigError(f"{ppo}rewards_scale={cfg.train.ppo.rewards_scale!r}: must be > 0")
-    _require(cfg, "train.checkpoint_interval", int, minimum=0)
-    _require(cfg, "train.keep_checkpoints", int, minimum=1)
-    if isinstance(_get(cfg, "train.check_finite"), bool):
-        raise ConfigError(f"train.check_finite={_get(cfg, 'train.check_finite')!r}: must be one of "
-                          f"{', '.join(CHECK_FINITE)} (true/false of older configs: raise/off)")
-    _require(cfg, "train.check_finite", str, choices=CHECK_FINITE)
-
-    samples = num_envs(cfg) * cfg.train.ppo.rollouts
-    if samples % mini_batches:
+    if ppo.kl_threshold and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(f"train.ppo.kl_threshold={ppo.kl_threshold!r}: must be 0 in a multi-process run (each rank "
+                          "would stop its epoch on its own KL, and the ranks' gradient all-reduces would no longer "
+                          "pair up)")
+    samples = num_envs(cfg) * ppo.rollouts
+    if samples % ppo.mini_batches:
         raise ConfigError(
-            f"train.ppo.mini_batches={mini_batches}: num_envs * rollouts = {num_envs(cfg)} * "
-            f"{cfg.train.ppo.rollouts} = {samples} is not divisible by it"
+            f"train.ppo.mini_batches={ppo.mini_batches}: num_envs * rollouts = {num_envs(cfg)} * "
+            f"{ppo.rollouts} = {samples} is not divisible by it"
         )
     _validate_task_env(cfg)
+
+
+def _require_int(cfg: DictConfig, key: str, *, minimum: int) -> int:
+    value = _get(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}={value!r}: expected int")
+    if value < minimum:
+        raise ConfigError(f"{key}={value!r}: must be >= {minimum}")
+    return value
+
+
+def _check_device_exists(device: str) -> None:
+    """A CUDA device this machine lacks is bad input (exit 2), found before anything is built."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r}: CUDA is not available on this machine (use device=cpu or auto)")
+    index = int(device[5:]) if device.startswith("cuda:") else None
+    if index is not None and index >= torch.cuda.device_count():
+        raise ConfigError(f"device={device!r}: this machine has {torch.cuda.device_count()} GPU(s) (cuda:0 to "
+                          f"cuda:{torch.cuda.device_count() - 1})")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if index is None and int(os.environ.get("WORLD_SIZE", "1")) > 1 and local_rank >= torch.cuda.device_count():
+        raise ConfigError(f"device=cuda: this is process LOCAL_RANK={local_rank} and the machine has "
+                          f"{torch.cuda.device_count()} GPU(s); start at most that many processes per node "
+                          "(torchrun --nproc_per_node) or pass device=cpu")
 
 
 def _validate_task_env(cfg: DictConfig) -> None:

@@ -11,17 +11,10 @@ import torch
 from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
 from torch import nn
 
+from omni_sfp import schema
 from omni_sfp.cache import CacheCheck, SFPStats, SingleForwardPass, collect_stats, sfp_modules
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "elu": nn.ELU,
-    "relu": nn.ReLU,
-    "tanh": nn.Tanh,
-    "leaky_relu": nn.LeakyReLU,
-    "selu": nn.SELU,
-    "silu": nn.SiLU,
-    "gelu": nn.GELU,
-}
+ACTIVATIONS: dict[str, type[nn.Module]] = {name: getattr(nn, cls) for name, cls in schema.ACTIVATIONS.items()}
 
 
 def make_mlp(in_features: int, units: Sequence[int], activation: str = "elu") -> nn.Sequential:

@@ -8,26 +8,10 @@ progress_file=<run dir>/progress.jsonl``, so the UI never waits on it: :meth:`Pa
 Kit's update loop) reads the JSON lines the runner appends, one per iteration, and the exit status. Stop sends
 SIGINT (the runner saves a checkpoint and exits), then kills the process group after ``stop_timeout_s``.
 
-Toggles (carb ``/exts/omni.sfp/<key>``, manifest ``[settings] exts."omni.sfp".<key>``, Hydra override):
-
-=================  ==============  ===========================  ===============================================
-key                default         Hydra override               meaning
-=================  ==============  ===========================  ===============================================
-task               "Cartpole"      task=                        registry name (``omni_sfp.registry``)
-num_envs           512             num_envs=                    parallel environments (>= 1)
-sfp_enabled        true            train.sfp.enabled=           single forward pass of the shared trunk
-cache_check        "auto"          train.sfp.cache_check=       identity | content | auto | off
-mixed_precision    false           train.mixed_precision=       autocast + GradScaler in PPO
-units              [256,128,64]    train.models.units=          hidden layer widths of the shared trunk
-max_iterations     100             max_iterations=              PPO iterations (rollout + update) to run
-checkpoint         ""              checkpoint=                  agent .pt to resume from / to test ("" = none)
-headless           true            headless=                    simulator tasks draw nothing
-seed               42              seed=                        global seed
-device             "auto"          device=                      auto | cpu | cuda | cuda:N
-python_exe         ""              (none: launcher only)        interpreter for the runner ("" = detect)
-=================  ==============  ===========================  ===============================================
-
-The defaults equal the manifest's ``[settings]`` and the resolved ``cfg/`` values (``tests/test_manifest.py``).
+Toggles: carb ``/exts/omni.sfp/<key>``, the manifest's ``[settings] exts."omni.sfp".<key>`` (written from
+:data:`TOGGLES` by ``python -m omni_sfp.schema --write``) and one Hydra override each. Their type, range,
+choices and doc come from :mod:`omni_sfp.schema`; only the carb key, the override and, where the schema's
+default is null ("the task's"), the default task's value are set here.
 """
 
 from __future__ import annotations
@@ -46,13 +30,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-# omni_sfp.cache.CACHE_CHECKS, repeated because importing omni_sfp.cache imports torch; a test keeps them equal.
-CACHE_CHECKS: tuple[str, ...] = ("identity", "content", "auto", "off")
+from omni_sfp import schema
+
+CACHE_CHECKS = schema.CACHE_CHECKS
 RUNNER_MODULE = "omni_sfp.train"
 STATES = ("idle", "running", "stopping", "finished", "stopped", "failed")
 
-_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-_TASK = re.compile(r"^\S+$")
 # strings Hydra's override grammar takes verbatim; anything else is single-quoted
 _BARE = re.compile(r"^[A-Za-z_/.][A-Za-z0-9_\-./:]*$")
 _HYDRA_WORDS = {"true", "false", "null", "nan", "inf"}
@@ -74,29 +57,46 @@ class RunError(RuntimeError):
 
 @dataclass(frozen=True)
 class Toggle:
+    """A panel toggle: a carb key bound to one schema setting (``spec``: its type, range, choices, doc)."""
+
     key: str  # carb key under /exts/omni.sfp/ and the manifest key under exts."omni.sfp"
-    default: Any
     override: str | None  # Hydra key the runner gets; None for launcher-only settings
-    kind: str  # "bool" | "int" | "str" | "ints"
-    doc: str
-    minimum: int | None = None
-    choices: tuple[str, ...] | None = None
+    spec: schema.Setting  # the schema's entry, never null in the panel
+
+    @property
+    def default(self) -> Any:
+        return self.spec.default
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def doc(self) -> str:
+        return self.spec.doc
+
+
+def _toggle(key: str, override: str | None, default: Any = None) -> Toggle:
+    """Toggle ``key`` for schema setting ``override`` (or the launcher setting ``key``); ``default`` replaces a
+    null schema default with the value the default task resolves it to (tests/test_manifest.py checks it)."""
+    spec = schema.setting(override or key)
+    value = spec.default if default is None else default
+    return Toggle(key, override, replace(spec, nullable=False, default=tuple(value) if spec.kind == "ints" else value))
 
 
 TOGGLES: tuple[Toggle, ...] = (
-    Toggle("task", "Cartpole", "task", "str", "registry name of the task (omni_sfp.registry.list_tasks())"),
-    Toggle("num_envs", 512, "num_envs", "int", "parallel environments", minimum=1),
-    Toggle("sfp_enabled", True, "train.sfp.enabled", "bool", "single forward pass of the shared trunk"),
-    Toggle("cache_check", "auto", "train.sfp.cache_check", "str", "what counts as the same input",
-           choices=CACHE_CHECKS),
-    Toggle("mixed_precision", False, "train.mixed_precision", "bool", "autocast + GradScaler in PPO"),
-    Toggle("units", (256, 128, 64), "train.models.units", "ints", "hidden layer widths of the shared trunk", minimum=1),
-    Toggle("max_iterations", 100, "max_iterations", "int", "PPO iterations to run", minimum=1),
-    Toggle("checkpoint", "", "checkpoint", "str", "agent checkpoint to resume from or to test ('' = none)"),
-    Toggle("headless", True, "headless", "bool", "simulator tasks draw nothing"),
-    Toggle("seed", 42, "seed", "int", "global seed", minimum=-1),
-    Toggle("device", "auto", "device", "str", "auto | cpu | cuda | cuda:N"),
-    Toggle("python_exe", "", None, "str", "interpreter that runs the runner ('' = detect)"),
+    _toggle("task", "task"),
+    _toggle("num_envs", "num_envs", default=512),  # cfg/task/Cartpole.yaml env.num_envs
+    _toggle("sfp_enabled", "train.sfp.enabled"),
+    _toggle("cache_check", "train.sfp.cache_check"),
+    _toggle("mixed_precision", "train.mixed_precision"),
+    _toggle("units", "train.models.units"),
+    _toggle("max_iterations", "max_iterations", default=schema.setting("train.max_iterations").default),
+    _toggle("checkpoint", "checkpoint"),
+    _toggle("headless", "headless"),
+    _toggle("seed", "seed"),
+    _toggle("device", "device"),
+    _toggle("python_exe", None),
 )
 TOGGLE_BY_KEY: dict[str, Toggle] = {t.key: t for t in TOGGLES}
 DEFAULTS: dict[str, Any] = {t.key: t.default for t in TOGGLES}
@@ -126,47 +126,31 @@ def _as_bool(toggle: Toggle, value: Any) -> bool:
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
-    raise ToggleError(toggle.key, value, "true or false")
+    raise ToggleError(toggle.key, value, toggle.spec.allowed())
 
 
 def _as_int(toggle: Toggle, value: Any) -> int:
-    allowed = "an integer" + (f" >= {toggle.minimum}" if toggle.minimum is not None else "")
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ToggleError(toggle.key, value, allowed)
-    if toggle.minimum is not None and value < toggle.minimum:
-        raise ToggleError(toggle.key, value, allowed)
-    return value
+    parsed = int(value) if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value) else value
+    if toggle.spec.problem(parsed) is not None:
+        raise ToggleError(toggle.key, value, toggle.spec.allowed())
+    return parsed
 
 
 def _as_ints(toggle: Toggle, value: Any) -> tuple[int, ...]:
-    allowed = "a non-empty list of integers >= 1, e.g. [256, 128, 64]"
     items: Any = value
     if isinstance(value, str):
         text = value.strip().removeprefix("[").removesuffix("]")
-        items = [part.strip() for part in text.split(",") if part.strip()]
-    if not isinstance(items, (list, tuple)) or not items:
-        raise ToggleError(toggle.key, value, allowed)
-    widths = []
-    for item in items:
-        if isinstance(item, str) and item.isdigit():
-            item = int(item)
-        if isinstance(item, bool) or not isinstance(item, int) or item < 1:
-            raise ToggleError(toggle.key, value, allowed)
-        widths.append(item)
-    return tuple(widths)
+        items = [int(p) if p.strip().isdigit() else p for p in text.split(",") if p.strip()]
+    elif isinstance(value, (list, tuple)):
+        items = [int(p) if isinstance(p, str) and p.isdigit() else p for p in value]
+    if toggle.spec.problem(items) is not None:
+        raise ToggleError(toggle.key, value, toggle.spec.allowed() + ", e.g. [256, 128, 64]")
+    return tuple(items)
 
 
 def _as_str(toggle: Toggle, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ToggleError(toggle.key, value, "a string")
-    if toggle.choices is not None and value not in toggle.choices:
-        raise ToggleError(toggle.key, value, f"one of {', '.join(toggle.choices)}")
-    if toggle.key == "device" and not _DEVICE.match(value):
-        raise ToggleError(toggle.key, value, "auto, cpu, cuda or cuda:N")
-    if toggle.key == "task" and not _TASK.match(value):
-        raise ToggleError(toggle.key, value, "a task name without spaces (see omni_sfp.registry.list_tasks())")
+    if toggle.spec.problem(value) is not None:
+        raise ToggleError(toggle.key, value, toggle.spec.allowed())
     if "${" in value:
         raise ToggleError(toggle.key, value, "a string without '${' (Hydra would read it as an interpolation)")
     return value

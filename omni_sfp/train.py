@@ -5,14 +5,18 @@ max_iterations=200 train.mixed_precision=true``. Inside Isaac Sim (``python.sh -
 Isaac tasks start the simulation app themselves before anything else from Omniverse is imported.
 Multi-process: ``torchrun --nproc_per_node=N -m omni_sfp.train ...`` (docs/reliability.md).
 
-Exit codes: 0 done; 2 bad input (config, task, checkpoint), one line naming the problem; 1 training
-failed (non-finite data with train.check_finite=raise), one line; 130 / 143 stopped by SIGINT / SIGTERM
+``seed=-1`` draws a random seed (OmniIsaacGymEnvs and Isaac Lab): it is printed and saved in the run
+folder's config.yaml, so the run reproduces with ``seed=<that seed>``.
+
+Exit codes: 0 done; 2 bad input (config, task, checkpoint, a CUDA device this machine lacks), one line naming
+the problem; 1 training failed (non-finite data with train.check_finite=raise), one line; 130 / 143 stopped by SIGINT / SIGTERM
 after saving a checkpoint (128 + the signal number, the shell's convention: an interrupted run is not a
 finished one, so `train && next` stops there).
 """
 
 from __future__ import annotations
 
+import secrets
 import signal
 import sys
 
@@ -23,6 +27,24 @@ EXIT_USAGE = 2
 
 def _error(message: object) -> None:
     print(f"omni_sfp.train: error: {message}", file=sys.stderr, flush=True)
+
+
+def draw_seed(cfg) -> int | None:
+    """``seed=-1``: replace it in ``cfg`` by a random seed (the same on every rank) and print it; returns it."""
+    from omni_sfp import distributed, schema
+
+    if cfg.seed != schema.RANDOM_SEED:
+        return None
+    box = [secrets.randbelow(schema.SEED_MAX + 1)]
+    if distributed.world_size() > 1:
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(box, src=0)  # one seed for the run: the ranks add their rank to it
+    cfg.seed = box[0]
+    if distributed.rank() == 0:
+        print(f"[omni_sfp] seed=-1: drew seed {cfg.seed} (saved in the run folder's config.yaml; pass seed={cfg.seed} "
+              "to repeat the run)", flush=True)
+    return cfg.seed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,10 +72,11 @@ def _run(argv: list[str]) -> int:
 
     try:
         cfg = load_config(argv)
+        draw_seed(cfg)
         from omni_sfp.runner import Runner, precision_note
 
         runner = Runner(cfg)
-    except (ConfigError, CheckpointError, UnknownTaskError, RuntimeError) as error:
+    except (ConfigError, CheckpointError, UnknownTaskError) as error:  # not RuntimeError: a CUDA OOM is no bad input
         _error(error)
         return EXIT_USAGE
 

@@ -141,13 +141,6 @@ def test_every_override_reaches_its_config_key(tmp_path):
             assert resolved(cfg, toggle) == plain(values[toggle.key]), toggle.key
 
 
-def test_cache_checks_agree_with_the_cache_and_the_config():
-    from omni_sfp.cache import CACHE_CHECKS
-    from omni_sfp.config import CACHE_CHECKS as CONFIG_CACHE_CHECKS
-
-    assert panel_model.CACHE_CHECKS == tuple(CACHE_CHECKS) == tuple(CONFIG_CACHE_CHECKS)
-
-
 def test_kit_app_file_enables_the_extension_and_sets_only_valid_toggles(settings):
     app = tomllib.loads(KIT_APP.read_text())
     assert app["package"]["title"] and app["package"]["version"] == "0.1.0"

@@ -57,7 +57,9 @@ def test_every_shipped_key_refuses_a_value_of_the_wrong_type_by_name(task):
 @pytest.mark.parametrize("overrides, expected", [
     (["num_envs=0"], "num_envs=0: must be >= 1"),
     (["task.env.num_envs=0", "num_envs=null"], "task.env.num_envs=0: must be >= 1"),
-    (["seed=-1"], "seed=-1: must be >= 0"),
+    (["seed=-2"], "seed=-2: must be >= -1"),
+    (["seed=2147483648"], "seed=2147483648: must be <= 2147483647"),
+    (["train.ppo.learning_rate=inf"], "train.ppo.learning_rate=inf: must be finite"),
     (["device=cuda:x"], "device='cuda:x': must be auto, cpu, cuda or cuda:N"),
     (["experiment=a/b"], "experiment='a/b': must be a folder-name suffix"),
     (["task_name=Other"], "task_name='Other': read-only"),

@@ -1,0 +1,393 @@
+"""Every setting of omni-sfp, defined once: its key, type, default, range or choices, and one line of doc.
+
+The rest is derived from this table or tested against it (tests/test_schema.py fails on any difference):
+
+- ``cfg/config.yaml`` and ``cfg/train/PPO.yaml`` are written from it; ``cfg/train/<Task>PPO.yaml`` inherits
+  PPO.yaml through Hydra's defaults list and holds only what that task changes;
+- :func:`omni_sfp.config.validate` checks every key's type and range with :meth:`Setting.problem`;
+- the panel's toggles (:data:`omni_sfp.panel_model.TOGGLES`) take their type, default, range and choices
+  from it;
+- the Kit manifest's ``[settings]`` block (extension.toml) and the README's configuration table are written
+  from it.
+
+After editing the table, regenerate those files with ``python -m omni_sfp.schema --write`` (``--check`` says
+which are stale). Standard library only: the Kit extension and the panel import it without torch, skrl or Hydra.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CACHE_CHECKS: tuple[str, ...] = ("identity", "content", "auto", "off")
+CHECK_FINITE: tuple[str, ...] = ("raise", "skip", "off")
+LR_SCHEDULES: tuple[str, ...] = ("kl_adaptive", "fixed")
+# activation name -> the torch.nn class that omni_sfp.models builds for it
+ACTIVATIONS: dict[str, str] = {
+    "elu": "ELU",
+    "relu": "ReLU",
+    "tanh": "Tanh",
+    "leaky_relu": "LeakyReLU",
+    "selu": "SELU",
+    "silu": "SiLU",
+    "gelu": "GELU",
+}
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
+DEVICE_GRAMMAR = "auto, cpu, cuda or cuda:N"
+SEED_MAX = 2**31 - 1  # numpy's legacy seeding takes 32 bits; skrl adds the rank
+RANDOM_SEED = -1  # seed=-1: draw a seed at start (OmniIsaacGymEnvs and Isaac Lab)
+
+KINDS = ("bool", "int", "float", "str", "ints")
+_TYPE_NAMES = {"bool": "bool", "int": "int", "float": "float", "str": "str", "ints": "list"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration key. Bounds are inclusive (``minimum``/``maximum``) or exclusive (``above``)."""
+
+    key: str  # dotted Hydra key, e.g. "train.ppo.learning_rate"
+    kind: str  # one of KINDS; "ints" is a non-empty list of integers
+    default: Any
+    doc: str  # one line: what it does, with its unit
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
+    choices: tuple[str, ...] | None = None
+    pattern: str | None = None  # a str must match it whole; `grammar` says it in words
+    grammar: str | None = None
+    nullable: bool = False  # null means "the task's (or the train file's) value"
+
+    def __post_init__(self) -> None:
+        assert self.kind in KINDS, self.kind
+        assert self.problem(self.default) is None, (self.key, self.default, self.problem(self.default))
+
+    def type_problem(self, value: Any) -> str | None:
+        """``"expected int or null"`` when ``value`` has the wrong type, else None."""
+        if value is None and self.nullable:
+            return None
+        if self.kind == "bool":
+            ok = isinstance(value, bool)
+        elif self.kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif self.kind == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif self.kind == "str":
+            ok = isinstance(value, str)
+        else:
+            ok = isinstance(value, (list, tuple))
+        return None if ok else f"expected {_TYPE_NAMES[self.kind]}{' or null' if self.nullable else ''}"
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` (``"must be >= 1"``, ...), or None when it is allowed."""
+        wrong_type = self.type_problem(value)
+        if wrong_type is not None or value is None:
+            return wrong_type
+        if self.kind == "ints":
+            if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+                return "must be a non-empty list of positive integers, e.g. [256,128,64]"
+            return None
+        if self.kind == "float" and not math.isfinite(value):
+            return "must be finite"
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}"
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            return f"must be {self.grammar}"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be >= {_number(self.minimum)}"
+        if self.above is not None and value <= self.above:
+            return f"must be > {_number(self.above)}"
+        if self.maximum is not None and value > self.maximum:
+            return f"must be <= {_number(self.maximum)}"
+        return None
+
+    def allowed(self) -> str:
+        """The allowed values in words, e.g. ``"an integer >= 1"`` (the panel's and the README's wording)."""
+        return self._allowed() + (" or null" if self.nullable else "")
+
+    def _allowed(self) -> str:
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "ints":
+            return "a non-empty list of integers >= 1"
+        if self.choices is not None:
+            return f"one of {', '.join(self.choices)}"
+        if self.grammar is not None:
+            return self.grammar
+        if self.kind == "str":
+            return "a string"
+        noun = "an integer" if self.kind == "int" else "a number"
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f">= {_number(self.minimum)}")
+        if self.above is not None:
+            bounds.append(f"> {_number(self.above)}")
+        if self.maximum is not None:
+            bounds.append(f"<= {_number(self.maximum)}")
+        return noun + (" " + " and ".join(bounds) if bounds else "")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _s(key: str, kind: str, default: Any, doc: str, **limits: Any) -> Setting:
+    return Setting(key, kind, default, doc, **limits)
+
+
+# ---- the table ----------------------------------------------------------------------------------------------
+# cfg/config.yaml: the run. `task` selects the Hydra groups task/<name>.yaml and train/<name>PPO.yaml.
+TOP: tuple[Setting, ...] = (
+    _s("task", "str", "Cartpole", "task name from the registry (Cartpole, LQR60x8, ConstantCost, OmniIsaacGymEnvs "
+       "and Isaac Lab names, gym:<Id>)", pattern=r"\S+", grammar="a task name without spaces (see "
+       "omni_sfp.registry.list_tasks())"),
+    _s("experiment", "str", "", "suffix of the run folder runs/<task>/<timestamp>_<experiment>"),
+    _s("num_envs", "int", None, "environments simulated together; null: the task's task.env.num_envs",
+       minimum=1, nullable=True),
+    _s("seed", "int", 42, "seeds torch, numpy, random and the task's generator; -1 draws one (printed, and saved "
+       "in the run folder's config.yaml)", minimum=RANDOM_SEED, maximum=SEED_MAX),
+    _s("torch_deterministic", "bool", False, "torch.use_deterministic_algorithms(True): reproducible, slower on "
+       "CUDA"),
+    _s("device", "str", "auto", "where the networks (and GPU-resident tasks) run: auto is CUDA when present, "
+       "else CPU", pattern=DEVICE_PATTERN, grammar=DEVICE_GRAMMAR),
+    _s("headless", "bool", True, "simulator tasks draw no viewport"),
+    _s("max_iterations", "int", None, "PPO iterations (rollout + update); null: train.max_iterations",
+       minimum=1, nullable=True),
+    _s("checkpoint", "str", "", "checkpoint file or run folder to resume from, or to play with test=true"),
+    _s("test", "bool", False, "play the checkpoint with deterministic actions and print the mean return"),
+    _s("test_episodes", "int", 1, "with test=true: episodes per environment to average over", minimum=1),
+    _s("resume", "bool", False, "with checkpoint=<run folder>: continue its newest checkpoint in the same folder"),
+    _s("runs_dir", "str", "runs", "where run folders are created (relative to the working directory)"),
+    _s("progress_file", "str", None, "also append one JSON line per iteration here (the Kit panel reads it)",
+       nullable=True),
+)
+
+# cfg/train/PPO.yaml (keys under `train.`): the base every cfg/train/<Task>PPO.yaml inherits. Keys mirror
+# skrl 2's PPO_CFG where they have a counterpart (ppo.*).
+TRAIN: tuple[Setting, ...] = (
+    _s("train.max_iterations", "int", 100, "PPO iterations for this task; env steps = max_iterations * "
+       "ppo.rollouts * num_envs", minimum=1),
+    _s("train.mixed_precision", "bool", False, "autocast: bf16 on CPU (fast only with bf16 instructions), fp16 + "
+       "GradScaler on CUDA"),
+    _s("train.sfp.enabled", "bool", True, "single forward pass: the shared trunk runs once per policy+value pair"),
+    _s("train.sfp.cache_check", "str", "auto", "what counts as the same input (README: how the cache decides a "
+       "hit); off: the double-pass baseline", choices=CACHE_CHECKS),
+    _s("train.models.separate", "bool", False, "separate actor and critic networks (no sharing, no cache)"),
+    _s("train.models.units", "ints", [256, 128, 64], "hidden layer sizes of the trunk (of each network when "
+       "separate)"),
+    _s("train.models.activation", "str", "elu", "activation after each hidden layer", choices=tuple(ACTIVATIONS)),
+    _s("train.models.initial_log_std", "float", 0.0, "initial log standard deviation of the Gaussian policy"),
+    _s("train.models.compile", "bool", False, "torch.compile the trunk (inductor; needs a C++ compiler on CPU; "
+       "compiles at the first calls)"),
+    _s("train.ppo.rollouts", "int", 16, "env steps per environment between updates (the horizon)", minimum=1),
+    _s("train.ppo.learning_epochs", "int", 8, "passes over the rollout per update", minimum=1),
+    _s("train.ppo.mini_batches", "int", 4, "minibatches per epoch; num_envs * rollouts must be divisible by it",
+       minimum=1),
+    _s("train.ppo.discount_factor", "float", 0.99, "gamma", minimum=0, maximum=1),
+    _s("train.ppo.gae_lambda", "float", 0.95, "GAE lambda", minimum=0, maximum=1),
+    _s("train.ppo.learning_rate", "float", 3.0e-4, "Adam learning rate (the initial one when the schedule adapts "
+       "it)", above=0),
+    _s("train.ppo.learning_rate_schedule", "str", "kl_adaptive", "kl_adaptive (skrl's KLAdaptiveLR) or fixed",
+       choices=LR_SCHEDULES),
+    _s("train.ppo.desired_kl", "float", 0.008, "target KL of the kl_adaptive schedule (> 0 with it)", minimum=0),
+    _s("train.ppo.kl_threshold", "float", 0.0, "early-stop an epoch when the KL exceeds this; 0 disables",
+       minimum=0),
+    _s("train.ppo.ratio_clip", "float", 0.2, "PPO surrogate clip", above=0),
+    _s("train.ppo.value_clip", "float", 0.2, "value prediction clip around the rollout value; 0 disables",
+       minimum=0),
+    _s("train.ppo.entropy_loss_scale", "float", 0.0, "entropy bonus weight"),
+    _s("train.ppo.value_loss_scale", "float", 2.0, "value loss weight", minimum=0),
+    _s("train.ppo.grad_norm_clip", "float", 1.0, "global gradient norm clip; 0 disables", minimum=0),
+    _s("train.ppo.fused_optimizer", "bool", True, "fused Adam: the same update in one kernel (CPU and CUDA); "
+       "false: skrl's default Adam"),
+    _s("train.ppo.time_limit_bootstrap", "bool", True, "bootstrap truncated episodes with the value of the next "
+       "observation"),
+    _s("train.ppo.observation_normalization", "bool", True, "running mean/std of observations (skrl "
+       "RunningStandardScaler)"),
+    _s("train.ppo.value_normalization", "bool", True, "running mean/std of values and returns"),
+    _s("train.ppo.rewards_scale", "float", 0.1, "rewards are multiplied by this for learning (reported returns "
+       "are unscaled)", above=0),
+    _s("train.checkpoint_interval", "int", 25, "iterations between checkpoints (plus one at the end); 0: only at "
+       "the end", minimum=0),
+    _s("train.keep_checkpoints", "int", 3, "newest iter_<n>.pt kept in the run folder, besides best.pt and "
+       "last.pt", minimum=1),
+    _s("train.check_finite", "str", "raise", "non-finite observations, rewards or losses: raise (stop, naming "
+       "the step and env), skip the update (counted), or off", choices=CHECK_FINITE),
+)
+
+# Kit launcher settings: carb /exts/omni.sfp/<key> only, never a Hydra override.
+LAUNCHER: tuple[Setting, ...] = (
+    _s("python_exe", "str", "", "interpreter that runs the runner ('' = detect; in Isaac Sim, python.sh)"),
+)
+
+SETTINGS: tuple[Setting, ...] = TOP + TRAIN
+BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS + LAUNCHER}
+
+
+def setting(key: str) -> Setting:
+    return BY_KEY[key]
+
+
+# ---- generated files ------------------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = "GENERATED from omni_sfp/schema.py by `python -m omni_sfp.schema --write`: edit the schema, not this"
+
+
+def yaml_value(value: Any) -> str:
+    """``value`` as YAML that OmegaConf reads back as the same Python value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa if '.' in mantissa else mantissa + '.0'}{e}{exponent}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return value if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", value) and value not in ("null", "true",
+                                                                                          "false") else f'"{value}"'
+    return str(value)
+
+
+def _yaml_tree(settings: tuple[Setting, ...], strip: str) -> list[str]:
+    lines: list[str] = []
+    opened: list[str] = []
+    for s in settings:
+        *parents, leaf = s.key.removeprefix(strip).split(".")
+        common = 0
+        while common < min(len(parents), len(opened)) and parents[common] == opened[common]:
+            common += 1
+        for depth in range(common, len(parents)):
+            lines.append(f"{'  ' * depth}{parents[depth]}:")
+        opened = parents
+        entry = f"{'  ' * len(parents)}{leaf}: {yaml_value(s.default)}"
+        lines.append(f"{entry:<40} # {s.doc}{_choices_note(s)}")
+    return lines
+
+
+def _choices_note(s: Setting) -> str:
+    if s.choices is not None:
+        return f" [{' | '.join(s.choices)}]"
+    if s.grammar is not None and s.key != "task":
+        return f" [{s.grammar}]"
+    return ""
+
+
+def render_config_yaml() -> str:
+    return "\n".join([
+        f"# {GENERATED} file.",
+        "# omni-sfp training configuration (Hydra, OmniIsaacGymEnvs' layout: config.yaml + task/<Task>.yaml +",
+        "# train/<Task>PPO.yaml). Override any key on the command line: `python -m omni_sfp.train task=LQR60x8",
+        "# num_envs=256 train.mixed_precision=true`. Every key is validated before any simulation starts.",
+        "defaults:",
+        f"  - task: {TOP[0].default}",
+        "  - train: ${task}PPO",
+        "  - _self_",
+        "",
+        "task_name: ${task.name}                  # read-only: the task's registered name",
+        *_yaml_tree(tuple(s for s in TOP if s.key != "task"), ""),
+        "",
+    ])
+
+
+def render_train_yaml() -> str:
+    return "\n".join([
+        f"# {GENERATED} file.",
+        "# The PPO settings every task starts from: cfg/train/<Task>PPO.yaml lists `PPO` in its defaults and holds",
+        "# only what that task changes. Keys mirror skrl 2's PPO_CFG where they have a counterpart (ppo.*).",
+        *_yaml_tree(TRAIN, "train."),
+        "",
+    ])
+
+
+def render_readme_table() -> str:
+    rows = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        default = "null" if s.default is None else yaml_value(s.default)
+        rows.append(f"| `{s.key}` | `{default}` | {_markdown(s.allowed())} | {_markdown(s.doc)} |")
+        if s.key == "task":
+            rows.append("| `task.env.*` | per task | the task's constructor arguments | see "
+                        "`cfg/task/<Task>.yaml`; add one with `+task.env.<argument>=` |")
+    return "\n".join(rows)
+
+
+def _markdown(text: str) -> str:
+    """Words holding ``<...>`` (``runs/<task>``, ``gym:<Id>``) in backticks, so that Markdown shows them."""
+    return re.sub(r"[^\s,;()]*<[^\s,;()]*", lambda m: f"`{m.group(0)}`", text)
+
+
+def render_manifest_settings() -> str:
+    from omni_sfp.panel_model import TOGGLES  # the panel's toggles are the Kit settings
+
+    lines = ["[settings]"]
+    for t in TOGGLES:
+        value = yaml_value(t.default)  # TOML spells these values as YAML does
+        if isinstance(t.default, (list, tuple)):
+            value = "[" + ", ".join(str(v) for v in t.default) + "]"
+        elif isinstance(t.default, str):
+            value = f'"{t.default}"'
+        entry = f'exts."omni.sfp".{t.key} = {value}'
+        target = f"{t.override}=" if t.override else "launcher only"
+        doc = t.doc.split("; null:")[0]  # the panel holds a number, never null
+        lines.append(f"{entry:<47} # {target}: {doc}")
+    return "\n".join(lines)
+
+
+README_BEGIN = "<!-- settings table: GENERATED by `python -m omni_sfp.schema --write` from omni_sfp/schema.py -->"
+README_END = "<!-- end of the generated settings table -->"
+MANIFEST_BEGIN = "# ---- GENERATED by `python -m omni_sfp.schema --write` from omni_sfp/schema.py and panel_model.TOGGLES"
+MANIFEST_END = "# ---- end of the generated [settings]"
+
+
+def _replace_block(text: str, begin: str, end: str, block: str, name: str) -> str:
+    head, found, rest = text.partition(begin + "\n")
+    _, found_end, tail = rest.partition(end)
+    if not found or not found_end:
+        raise ValueError(f"{name}: the markers of the generated block are missing ({begin!r} ... {end!r})")
+    return f"{head}{begin}\n{block}\n{end}{tail}"
+
+
+def generated_files() -> dict[Path, str]:
+    """Each generated file and the text it must have."""
+    readme, manifest = ROOT / "README.md", ROOT / "extension.toml"
+    return {
+        ROOT / "cfg" / "config.yaml": render_config_yaml(),
+        ROOT / "cfg" / "train" / "PPO.yaml": render_train_yaml(),
+        readme: _replace_block(readme.read_text(), README_BEGIN, README_END, render_readme_table(), "README.md"),
+        manifest: _replace_block(manifest.read_text(), MANIFEST_BEGIN, MANIFEST_END, render_manifest_settings(),
+                                 "extension.toml"),
+    }
+
+
+def stale_files() -> list[Path]:
+    return [path for path, text in generated_files().items() if not path.is_file() or path.read_text() != text]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in (["--write"], ["--check"]):
+        print("usage: python -m omni_sfp.schema --write | --check  (regenerate, or list, the files derived from "
+              "the settings schema)", file=sys.stderr)
+        return 2
+    if not (ROOT / "extension.toml").is_file():
+        print(f"omni_sfp.schema: error: {ROOT} is not a source checkout (no extension.toml)", file=sys.stderr)
+        return 2
+    stale = stale_files()
+    if argv == ["--write"]:
+        files = generated_files()
+        for path in stale:
+            path.write_text(files[path])
+            print(f"wrote {path.relative_to(ROOT)}")
+        return 0
+    for path in stale:
+        print(f"stale: {path.relative_to(ROOT)} (run python -m omni_sfp.schema --write)")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""One source for every setting: omni_sfp/schema.py against the Hydra files, the validation, the panel, the Kit
+manifest and the README. Each test here fails when a default, a range or a choice differs between them."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from omni_sfp import panel_model, schema
+from omni_sfp.config import ConfigError, config_dir, load_config, validate
+
+ROOT = Path(__file__).resolve().parent.parent
+EMBEDDED = ("Cartpole", "LQR60x8", "ConstantCost")
+
+
+def leaves(node, prefix=""):
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def test_the_generated_files_are_up_to_date():
+    """cfg/config.yaml, cfg/train/PPO.yaml, the README table and the manifest's [settings] equal what the
+    schema renders: a hand edit of any of them, or a schema edit without `--write`, fails here."""
+    assert schema.stale_files() == [], "run: python -m omni_sfp.schema --write"
+
+
+@pytest.mark.parametrize("change", [
+    {"default": 43},
+    {"minimum": 0},
+    {"maximum": 2**31},
+])
+def test_the_drift_check_sees_a_changed_seed_default_or_range(monkeypatch, change):
+    seed = schema.BY_KEY["seed"]
+    changed = dataclasses.replace(seed, **change)
+    monkeypatch.setattr(schema, "TOP", tuple(changed if s is seed else s for s in schema.TOP))
+    monkeypatch.setattr(schema, "SETTINGS", schema.TOP + schema.TRAIN)
+    stale = {p.name for p in schema.stale_files()}
+    assert "README.md" in stale  # the table shows the default and the range
+    if "default" in change:  # (the manifest follows the panel's toggles, built from the schema at import)
+        assert "config.yaml" in stale
+
+
+def test_the_drift_check_sees_a_changed_choice(monkeypatch):
+    monkeypatch.setattr(schema, "TRAIN", tuple(
+        dataclasses.replace(s, choices=(*s.choices, "never")) if s.key == "train.sfp.cache_check" else s
+        for s in schema.TRAIN))
+    monkeypatch.setattr(schema, "SETTINGS", schema.TOP + schema.TRAIN)
+    assert {p.name for p in schema.stale_files()} == {"README.md", "PPO.yaml"}
+
+
+@pytest.mark.parametrize("task", EMBEDDED)
+def test_the_composed_config_has_exactly_the_schemas_keys(task):
+    cfg = OmegaConf.to_container(load_config([f"task={task}"]), resolve=True)
+    keys = {key for key, _ in leaves(cfg) if not key.startswith("task.") and key != "task_name"}
+    assert keys == {s.key for s in schema.SETTINGS} - {"task"}
+
+
+def test_the_default_task_runs_with_the_schemas_defaults():
+    cfg = OmegaConf.to_container(load_config([]), resolve=True)
+    values = dict(leaves(cfg))
+    for setting in schema.SETTINGS:
+        expected = cfg["task"]["name"] if setting.key == "task" else values[setting.key]
+        assert expected == setting.default, setting.key
+
+
+def test_task_train_files_inherit_the_base_and_hold_only_what_differs():
+    base = dict(leaves(yaml.safe_load((config_dir() / "train" / "PPO.yaml").read_text())))
+    for path in sorted((config_dir() / "train").glob("*PPO.yaml")):
+        if path.name == "PPO.yaml":
+            continue
+        own = yaml.safe_load(path.read_text())
+        assert own.pop("defaults") == ["PPO", "_self_"], path.name
+        for key, value in leaves(own):
+            assert f"train.{key}" in schema.BY_KEY, f"{path.name}: {key} is not a setting"
+            assert value != base[key], f"{path.name}: {key}={value} repeats the base"
+            assert schema.setting(f"train.{key}").problem(value) is None, path.name
+
+
+def test_every_range_and_choice_of_the_schema_is_enforced_by_validate():
+    default = load_config([])
+    checked = 0
+    for setting in schema.SETTINGS:
+        bad_values = []
+        if setting.minimum is not None:
+            bad_values.append(setting.minimum - (1 if setting.kind == "int" else 1e-6))
+        if setting.above is not None:
+            bad_values.append(setting.above)
+        if setting.maximum is not None:
+            bad_values.append(setting.maximum + (1 if setting.kind == "int" else 1e-6))
+        if setting.choices is not None or setting.pattern is not None:
+            bad_values.append("no such value")
+        if setting.kind == "float":
+            bad_values.append(math.inf)
+        for bad in bad_values:
+            if setting.key == "task":
+                continue  # a Hydra group: test_validation checks unknown names
+            cfg = copy.deepcopy(default)
+            OmegaConf.update(cfg, setting.key, bad)
+            with pytest.raises(ConfigError) as error:
+                validate(cfg)
+            assert str(error.value) == f"{setting.key}={bad!r}: {setting.problem(bad)}"
+            checked += 1
+    assert checked >= 25
+
+
+def test_every_panel_toggle_takes_type_range_choices_and_default_from_the_schema():
+    for toggle in panel_model.TOGGLES:
+        setting = schema.setting(toggle.override or toggle.key)
+        assert (toggle.kind, toggle.doc) == (setting.kind, setting.doc), toggle.key
+        for field in ("minimum", "maximum", "above", "choices", "pattern"):
+            assert getattr(toggle.spec, field) == getattr(setting, field), (toggle.key, field)
+        if setting.default is not None:  # null ("the task's") becomes the default task's value: test_manifest
+            assert panel_model.DEFAULTS[toggle.key] == (tuple(setting.default) if setting.kind == "ints"
+                                                        else setting.default), toggle.key
+
+
+def test_the_panel_accepts_exactly_what_validation_accepts_for_the_seed():
+    for seed in (-1, 0, schema.SEED_MAX):
+        panel_model.coerce("seed", seed)
+        load_config([f"seed={seed}"])
+    for seed in (-2, schema.SEED_MAX + 1):
+        with pytest.raises(panel_model.ToggleError):
+            panel_model.coerce("seed", seed)
+        with pytest.raises(ConfigError):
+            load_config([f"seed={seed}"])
+
+
+def test_each_constant_is_defined_once():
+    from omni_sfp import cache, models
+
+    assert cache.CACHE_CHECKS is schema.CACHE_CHECKS is panel_model.CACHE_CHECKS
+    assert list(models.ACTIVATIONS) == list(schema.ACTIVATIONS)
+    assert all(models.ACTIVATIONS[name].__name__ == cls for name, cls in schema.ACTIVATIONS.items())
+    assert schema.setting("train.models.activation").choices == tuple(schema.ACTIVATIONS)
+
+
+def test_check_finite_choices_agree_with_the_agent():
+    from omni_sfp import agent
+
+    assert tuple(agent.CHECK_FINITE) == schema.CHECK_FINITE
+
+
+@pytest.mark.parametrize("value, text", [
+    (3.0e-4, "0.0003"), (1e-5, "1.0e-05"), (2.0, "2.0"), (None, "null"), ("", '""'), ("auto", "auto"),
+    ("true", '"true"'), ([256, 128], "[256, 128]"), (False, "false"),
+])
+def test_yaml_values_read_back_as_the_same_value(value, text):
+    assert schema.yaml_value(value) == text
+    assert OmegaConf.create(f"key: {text}").key == value
+
+
+def test_the_command_checks_and_refuses_misuse():
+    run = [sys.executable, "-m", "omni_sfp.schema"]
+    checked = subprocess.run([*run, "--check"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and checked.stdout == "", checked.stdout + checked.stderr
+    misuse = subprocess.run([*run, "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert misuse.returncode == 2 and misuse.stderr.count("\n") == 1 and "usage:" in misuse.stderr
