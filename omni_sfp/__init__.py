@@ -7,6 +7,9 @@ The package face is light: ``import omni_sfp`` loads neither torch, skrl nor any
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,12 +22,29 @@ _LAZY = {
     "SFPStats": "omni_sfp.cache",
 }
 
-# tasks/ lives at the repository root (the Kit extension root, OmniIsaacGymEnvs' layout) and a wheel
-# installs it as omni_sfp/tasks. In a source checkout (Kit's --ext-folder, or running from the root
-# without installing), let the subpackage omni_sfp.tasks resolve to that folder.
-_CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
-if not (Path(__file__).parent / "tasks").is_dir() and (_CHECKOUT_ROOT / "extension.toml").is_file():
-    __path__.append(str(_CHECKOUT_ROOT))
+
+class _CheckoutTasks:
+    """``omni_sfp.tasks`` is the repository root's ``tasks/`` (the design's layout, OmniIsaacGymEnvs'). The wheel
+    and an editable install map that one name (pyproject's package-dir); a source checkout that is not installed
+    (Kit's ``--ext-folder``, ``PYTHONPATH=<checkout>``) gets the same mapping from this finder, last on
+    ``sys.meta_path`` so an installed mapping wins. It maps no other name: nothing imports twice."""
+
+    folder = Path(__file__).resolve().parent.parent / "tasks"
+
+    @classmethod
+    def find_spec(cls, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "omni_sfp.tasks":
+            return None
+        return importlib.util.spec_from_file_location(fullname, cls.folder / "__init__.py",
+                                                      submodule_search_locations=[str(cls.folder)])
+
+
+if (
+    not (Path(__file__).parent / "tasks").is_dir()  # not a wheel (which holds omni_sfp/tasks)
+    and (_CheckoutTasks.folder / "__init__.py").is_file()
+    and not any(getattr(f, "__name__", "") == "_CheckoutTasks" for f in sys.meta_path)  # once, also on reload
+):
+    sys.meta_path.append(_CheckoutTasks)
 
 if TYPE_CHECKING:
     from omni_sfp.cache import SFPStats, SingleForwardPass

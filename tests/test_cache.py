@@ -6,11 +6,11 @@ import weakref
 import gymnasium
 import pytest
 import torch
+from tolerances import assert_summation_order_close
 from torch import nn
 
 from omni_sfp import SharedActorCritic, SingleForwardPass
 from omni_sfp.models import make_mlp
-from tolerances import assert_summation_order_close
 
 OBS, ACT = 6, 2
 

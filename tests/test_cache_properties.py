@@ -39,9 +39,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tolerances import summation_order_bound
 
 from omni_sfp import SharedActorCritic
-from tolerances import summation_order_bound
 
 OBS, ACT = 3, 2
 settings.register_profile("ci", max_examples=2000, deadline=None, derandomize=True, database=None,

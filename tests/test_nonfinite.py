@@ -8,12 +8,12 @@ import math
 
 import pytest
 import torch
-from omni_sfp.tasks.cartpole import Cartpole
 
 from omni_sfp.agent import NonFiniteError
 from omni_sfp.config import load_config
 from omni_sfp.envs.embedded import EmbeddedEnvWrapper
 from omni_sfp.runner import SFPTrainer, StopRequested, build_agent, build_models
+from omni_sfp.tasks.cartpole import Cartpole
 from omni_sfp.train import main
 
 NUM_ENVS, ROLLOUTS = 8, 8

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 import torch
-from omni_sfp.tasks.base import VecTask
 from skrl.envs.wrappers.torch import Wrapper
 
 from omni_sfp import registry
 from omni_sfp.envs.embedded import EmbeddedEnvWrapper
 from omni_sfp.registry import TaskSpec, UnknownTaskError, get_task, list_tasks, make_env, register_task
+from omni_sfp.tasks.base import VecTask
 
 BUILT_IN = ["Cartpole", "ConstantCost", "LQR60x8"]
 

@@ -38,7 +38,7 @@ def _units(text: str) -> tuple[int, ...]:
     try:
         units = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layer sizes, e.g. 256,128,64")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layer sizes, e.g. 256,128,64") from None
     return units
 
 

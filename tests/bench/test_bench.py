@@ -138,7 +138,7 @@ def test_replay_plays_back_exactly_what_was_recorded_then_loops_with_a_truncatio
     observations, _ = replay.reset()
     assert torch.equal(observations, recording.observations[0])
     actions = torch.zeros(4, 8)
-    for lap in range(2):
+    for _lap in range(2):
         for t in range(5):
             observations, rewards, terminated, truncated, _ = replay.step(actions)
             assert torch.equal(rewards, recording.rewards[t])

@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from omni_sfp.tasks.cartpole import Cartpole
-from omni_sfp.tasks.constant_cost import ConstantCost
-from omni_sfp.tasks.lqr import LQR60x8
 from skrl.envs.wrappers.torch import Wrapper
 
 from omni_sfp.envs.embedded import EmbeddedEnvWrapper
+from omni_sfp.tasks.cartpole import Cartpole
+from omni_sfp.tasks.constant_cost import ConstantCost
+from omni_sfp.tasks.lqr import LQR60x8
 
 TASKS = [Cartpole, LQR60x8, ConstantCost]
 NUM_ENVS = 6

@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from omni_sfp.tasks.cartpole import Cartpole
 from scipy.integrate import solve_ivp
+
+from omni_sfp.tasks.cartpole import Cartpole
 
 
 def set_state(task, cart_pos=0.0, cart_vel=0.0, angle=0.0, angle_vel=0.0):

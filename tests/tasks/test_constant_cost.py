@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from omni_sfp.tasks.constant_cost import ConstantCost
 
 

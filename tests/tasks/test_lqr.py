@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+
 from omni_sfp.tasks.lqr import LQR60x8
 
 
