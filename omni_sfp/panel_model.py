@@ -8,21 +8,14 @@ progress_file=<run dir>/progress.jsonl``, so the UI never waits on it: :meth:`Pa
 Kit's update loop) reads the JSON lines the runner appends, one per iteration, and the exit status. Stop sends
 SIGINT (the runner saves a checkpoint and exits), then kills the process group after ``stop_timeout_s``.
 
-Toggles: carb ``/exts/omni.sfp/<key>``, the manifest's ``[settings] exts."omni.sfp".<key>`` (written from
-:data:`TOGGLES` by ``python -m omni_sfp.schema --write``) and one Hydra override each. Their type, range,
-choices and doc come from :mod:`omni_sfp.schema`; only the carb key, the override and, where the schema's
-default is null ("the task's"), the default task's value are set here.
+The parts it binds: :mod:`omni_sfp.toggles` (the toggles, a view of :mod:`omni_sfp.schema`, and their Hydra
+overrides) and :mod:`omni_sfp.launcher` (the interpreter, the process group, reading the files a run writes).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,185 +23,29 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from omni_sfp import schema
+from omni_sfp.launcher import (
+    JsonLinesTail,
+    RunError,
+    last_line,
+    looks_like_python,
+    new_process_group,
+    resolve_python,
+    signal_group,
+)
+from omni_sfp.toggles import (
+    CACHE_CHECKS,
+    DEFAULTS,
+    TOGGLE_BY_KEY,
+    TOGGLES,
+    Toggle,
+    ToggleError,
+    coerce,
+    hydra_value,
+)
 
-CACHE_CHECKS = schema.CACHE_CHECKS
 RUNNER_MODULE = "omni_sfp.train"
 STATES = ("idle", "running", "stopping", "finished", "stopped", "failed")
-
-# strings Hydra's override grammar takes verbatim; anything else is single-quoted
-_BARE = re.compile(r"^[A-Za-z_/.][A-Za-z0-9_\-./:]*$")
-_HYDRA_WORDS = {"true", "false", "null", "nan", "inf"}
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-class ToggleError(ValueError):
-    """A toggle value that cannot be used; the message is one line naming the key, the value and what is allowed."""
-
-    def __init__(self, key: str, value: Any, allowed: str) -> None:
-        super().__init__(f"{key}={value!r} is not allowed: expected {allowed}")
-        self.key, self.value, self.allowed = key, value, allowed
-
-
-class RunError(RuntimeError):
-    """A run cannot start (one is already running, no interpreter, no checkpoint to test)."""
-
-
-@dataclass(frozen=True)
-class Toggle:
-    """A panel toggle: a carb key bound to one schema setting (``spec``: its type, range, choices, doc)."""
-
-    key: str  # carb key under /exts/omni.sfp/ and the manifest key under exts."omni.sfp"
-    override: str | None  # Hydra key the runner gets; None for launcher-only settings
-    spec: schema.Setting  # the schema's entry, never null in the panel
-
-    @property
-    def default(self) -> Any:
-        return self.spec.default
-
-    @property
-    def kind(self) -> str:
-        return self.spec.kind
-
-    @property
-    def doc(self) -> str:
-        return self.spec.doc
-
-
-def _toggle(key: str, override: str | None, default: Any = None) -> Toggle:
-    """Toggle ``key`` for schema setting ``override`` (or the launcher setting ``key``); ``default`` replaces a
-    null schema default with the value the default task resolves it to (tests/test_manifest.py checks it)."""
-    spec = schema.setting(override or key)
-    value = spec.default if default is None else default
-    return Toggle(key, override, replace(spec, nullable=False, default=tuple(value) if spec.kind == "ints" else value))
-
-
-TOGGLES: tuple[Toggle, ...] = (
-    _toggle("task", "task"),
-    _toggle("num_envs", "num_envs", default=512),  # cfg/task/Cartpole.yaml env.num_envs
-    _toggle("sfp_enabled", "train.sfp.enabled"),
-    _toggle("cache_check", "train.sfp.cache_check"),
-    _toggle("mixed_precision", "train.mixed_precision"),
-    _toggle("units", "train.models.units"),
-    _toggle("max_iterations", "max_iterations", default=schema.setting("train.max_iterations").default),
-    _toggle("checkpoint", "checkpoint"),
-    _toggle("headless", "headless"),
-    _toggle("seed", "seed"),
-    _toggle("device", "device"),
-    _toggle("python_exe", None),
-)
-TOGGLE_BY_KEY: dict[str, Toggle] = {t.key: t for t in TOGGLES}
-DEFAULTS: dict[str, Any] = {t.key: t.default for t in TOGGLES}
-
-
-def coerce(key: str, value: Any) -> Any:
-    """``value`` as toggle ``key``'s type, validated; strings (from a command line or a text field) are parsed.
-
-    :raises ToggleError: unknown key, wrong type or a value out of range.
-    """
-    toggle = TOGGLE_BY_KEY.get(key)
-    if toggle is None:
-        raise ToggleError(key, value, f"one of the keys {', '.join(TOGGLE_BY_KEY)}")
-    if toggle.kind == "bool":
-        return _as_bool(toggle, value)
-    if toggle.kind == "int":
-        return _as_int(toggle, value)
-    if toggle.kind == "ints":
-        return _as_ints(toggle, value)
-    return _as_str(toggle, value)
-
-
-def _as_bool(toggle: Toggle, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ToggleError(toggle.key, value, toggle.spec.allowed())
-
-
-def _as_int(toggle: Toggle, value: Any) -> int:
-    parsed = int(value) if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value) else value
-    if toggle.spec.problem(parsed) is not None:
-        raise ToggleError(toggle.key, value, toggle.spec.allowed())
-    return parsed
-
-
-def _as_ints(toggle: Toggle, value: Any) -> tuple[int, ...]:
-    items: Any = value
-    if isinstance(value, str):
-        text = value.strip().removeprefix("[").removesuffix("]")
-        items = [int(p) if p.strip().isdigit() else p for p in text.split(",") if p.strip()]
-    elif isinstance(value, (list, tuple)):
-        items = [int(p) if isinstance(p, str) and p.isdigit() else p for p in value]
-    if toggle.spec.problem(items) is not None:
-        raise ToggleError(toggle.key, value, toggle.spec.allowed() + ", e.g. [256, 128, 64]")
-    return tuple(items)
-
-
-def _as_str(toggle: Toggle, value: Any) -> str:
-    if toggle.spec.problem(value) is not None:
-        raise ToggleError(toggle.key, value, toggle.spec.allowed())
-    if "${" in value:
-        raise ToggleError(toggle.key, value, "a string without '${' (Hydra would read it as an interpolation)")
-    return value
-
-
-def hydra_value(value: Any) -> str:
-    """``value`` written in Hydra's override grammar (the runner parses it back to the same value)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    if isinstance(value, str):
-        if _BARE.match(value) and value.lower() not in _HYDRA_WORDS:
-            return value
-        # quoted: a backslash is literal unless it precedes a quote or ends the string
-        escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value).replace("'", "\\'")
-        return f"'{escaped}'"
-    raise TypeError(f"no Hydra form for {type(value).__name__} {value!r}")
-
-
-def looks_like_python(path: str) -> bool:
-    """Whether an executable's name says it is a Python interpreter (Kit's own binary is ``kit``)."""
-    return re.fullmatch(r"python(\d+(\.\d+)?)?(\.exe|\.sh)?", os.path.basename(path)) is not None
-
-
-def resolve_python(configured: str = "", executable: str | None = None) -> str:
-    """The interpreter that runs the runner.
-
-    ``configured`` (the ``python_exe`` setting) wins. Inside Isaac Sim, its ``python.sh`` (it sets up the
-    environment Isaac Sim's Python needs): ``sys.executable`` is then the ``kit`` binary or Kit's bundled
-    Python, with ``python.sh`` a few folders up. Otherwise ``sys.executable`` when it is a Python, then Kit's
-    bundled ``python/bin/python3`` next to it, then ``python3`` on PATH.
-
-    :raises RunError: nothing found, or ``configured`` is not an executable file.
-    """
-    if configured:
-        if not _executable(Path(configured)):
-            raise RunError(f"python_exe={configured!r} is not an executable file")
-        return configured
-    exe = executable if executable is not None else sys.executable
-    if exe:
-        for folder in list(Path(exe).parents)[:4]:  # <isaac-sim>/kit/kit, <isaac-sim>/kit/python/bin/python3
-            if _executable(folder / "python.sh"):
-                return str(folder / "python.sh")
-        if looks_like_python(exe):
-            return exe
-        if _executable(Path(exe).parent / "python" / "bin" / "python3"):
-            return str(Path(exe).parent / "python" / "bin" / "python3")
-    found = shutil.which("python3")
-    if found:
-        return found
-    raise RunError(f"no Python interpreter found ({exe!r} is not one): set /exts/omni.sfp/python_exe")
-
-
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
+PROGRESS_FIELDS = ("iteration", "timestep", "sps", "mean_return", "sfp_hit_rate")  # read from progress.jsonl
 
 
 @dataclass
@@ -242,10 +79,9 @@ Listener = Callable[[str, str | None], None]  # (topic: "values" | "readout", ke
 @dataclass
 class _Run:
     process: subprocess.Popen
-    progress: Path
+    progress: JsonLinesTail
     stdout: Any
     stderr: Any
-    offset: int = 0
     stop_requested: bool = False
     kill_at: float | None = None
 
@@ -367,13 +203,13 @@ class PanelModel:
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
-                **_new_process_group(),
+                **new_process_group(),
             )
         except OSError as error:
             stdout.close()
             stderr.close()
             raise RunError(f"cannot start {argv[0]}: {error.strerror or error}") from error
-        self._run = _Run(process, progress, stdout, stderr)
+        self._run = _Run(process, JsonLinesTail(progress), stdout, stderr)
         mode = "test" if test else "train"
         self.readout = Readout(state="running", mode=mode, run_dir=str(run_dir), command=tuple(argv))
         self._notify("readout", None)
@@ -400,14 +236,14 @@ class PanelModel:
         if not run.stop_requested:
             run.stop_requested = True
             run.kill_at = time.monotonic() + self._stop_timeout_s
-            _signal_group(run.process, interrupt=True)
+            signal_group(run.process, interrupt=True)
             self.readout = replace(self.readout, state="stopping")
             self._notify("readout", None)
         if wait:
             try:
                 run.process.wait(timeout=self._stop_timeout_s if timeout is None else timeout)
             except subprocess.TimeoutExpired:
-                _signal_group(run.process, interrupt=False)
+                signal_group(run.process, interrupt=False)
                 run.process.wait()
             self.poll()
         return True
@@ -422,7 +258,7 @@ class PanelModel:
             return False
         changed = self._read_progress(run)
         if run.kill_at is not None and time.monotonic() >= run.kill_at and run.process.poll() is None:
-            _signal_group(run.process, interrupt=False)
+            signal_group(run.process, interrupt=False)
             run.process.wait()
         code = run.process.poll()
         if code is not None:
@@ -440,33 +276,12 @@ class PanelModel:
         self._listeners.clear()
 
     def _read_progress(self, run: _Run) -> bool:
-        try:
-            with open(run.progress, "rb") as file:
-                file.seek(run.offset)
-                chunk = file.read()
-        except FileNotFoundError:
+        records, bad = run.progress.read()
+        fields = {name: r[name] for r in records for name in PROGRESS_FIELDS if name in r}  # the newest wins
+        if not fields and not bad:
             return False
-        complete = chunk.rfind(b"\n") + 1  # a line is read only once the runner has written its newline
-        if complete == 0:
-            return False
-        run.offset += complete
-        fields: dict[str, Any] = {}
-        bad = 0
-        for line in chunk[:complete].splitlines():
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict):
-                bad += 1
-                continue
-            for name in ("iteration", "timestep", "sps", "mean_return", "sfp_hit_rate"):
-                if name in record:
-                    fields[name] = record[name]
         self.readout = replace(self.readout, bad_lines=self.readout.bad_lines + bad, **fields)
-        return bool(fields) or bad > 0
+        return True
 
     def _finish(self, run: _Run, code: int) -> None:
         run.stdout.close()
@@ -476,7 +291,7 @@ class PanelModel:
             state = "stopped"
         else:
             state = "finished" if code == 0 else "failed"
-        self.readout = replace(self.readout, state=state, exit_code=code, last_stderr=_last_line(Path(run.stderr.name)))
+        self.readout = replace(self.readout, state=state, exit_code=code, last_stderr=last_line(Path(run.stderr.name)))
 
     # ---- observers -------------------------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -498,42 +313,12 @@ class PanelModel:
             listener(topic, key)
 
 
-def _new_process_group() -> dict[str, Any]:
-    # its own group, so SIGINT reaches the runner behind a wrapper script (Isaac Sim's python.sh does not exec)
-    if os.name == "nt":
-        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
-    return {"start_new_session": True}
-
-
-def _signal_group(process: subprocess.Popen, *, interrupt: bool) -> None:
-    if process.poll() is not None:
-        return
-    if os.name == "nt":
-        process.send_signal(signal.CTRL_BREAK_EVENT if interrupt else signal.SIGTERM)
-        return
-    try:
-        os.killpg(process.pid, signal.SIGINT if interrupt else signal.SIGKILL)
-    except ProcessLookupError:  # exited between poll() and killpg()
-        pass
-
-
-def _last_line(path: Path) -> str:
-    try:
-        with open(path, "rb") as file:
-            file.seek(0, os.SEEK_END)
-            file.seek(max(0, file.tell() - 8192))
-            tail = file.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
-    lines = [line.strip() for line in tail.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 __all__ = [
     "CACHE_CHECKS",
     "DEFAULTS",
     "STATES",
     "TOGGLES",
+    "TOGGLE_BY_KEY",
     "PanelModel",
     "Readout",
     "RunError",
@@ -541,5 +326,6 @@ __all__ = [
     "ToggleError",
     "coerce",
     "hydra_value",
+    "looks_like_python",
     "resolve_python",
 ]

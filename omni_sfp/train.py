@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__.strip())
-        print("\nEvery key, its default and meaning: README.md (Configuration) or cfg/config.yaml.")
+        print("\nEvery key, its default, range and meaning: omni_sfp/schema.py (the README's Configuration table).")
         return EXIT_OK
     from omni_sfp import distributed
 

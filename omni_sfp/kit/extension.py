@@ -126,10 +126,6 @@ class OmniSfpExtension(omni.ext.IExt):
             + (self._unsubscribe_state is not None)
         )
 
-    def show_panel(self) -> None:
-        if self._panel is not None:
-            self._panel.visible = True
-
     def _build_ui(self) -> None:
         from omni_sfp.kit.panel import TrainingPanel
 

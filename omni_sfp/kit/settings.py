@@ -14,7 +14,8 @@ from typing import Any
 import carb
 import carb.settings
 
-from omni_sfp.panel_model import TOGGLE_BY_KEY, TOGGLES, PanelModel, ToggleError, coerce
+from omni_sfp.panel_model import PanelModel
+from omni_sfp.toggles import TOGGLE_BY_KEY, TOGGLES, ToggleError, coerce
 
 ROOT = "/exts/omni.sfp"
 STATE = f"{ROOT}/state"  # read-only values the extension publishes (not toggles)
