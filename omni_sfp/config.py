@@ -1,6 +1,8 @@
 """Loading and validating the Hydra configuration (cfg/), before anything is built.
 
-The runner uses Hydra's compose API rather than ``@hydra.main``: no working-directory change, no Hydra
+Every key's type, default, range and doc are defined once in :mod:`omni_sfp.schema` (cfg/config.yaml and
+cfg/train/PPO.yaml are generated from it); :func:`validate` checks each key against it, then the combinations
+between keys. The runner uses Hydra's compose API rather than ``@hydra.main``: no working-directory change, no Hydra
 output folder, and every bad input becomes one :class:`ConfigError` line instead of a traceback.
 """
 

@@ -22,8 +22,11 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
-                                reason="this torch has no gloo backend")
+pytestmark = [
+    pytest.mark.slow,  # torchrun
+    pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                       reason="this torch has no gloo backend"),
+]
 COMMON = ["task=LQR60x8", "train.models.units=[32,32]", "train.ppo.rollouts=16", "train.ppo.mini_batches=2",
           "train.ppo.learning_epochs=4", "task.env.max_episode_length=32", "seed=3"]
 ITERATIONS = 16

@@ -392,7 +392,7 @@ def test_a_missing_interpreter_is_one_line(fake):
     assert model.readout.state == "idle"
 
 
-@pytest.mark.skipif(not (ROOT / "omni_sfp" / "train.py").is_file(), reason="omni_sfp.train not written yet")
+@pytest.mark.slow
 def test_the_real_runner_trains_one_iteration(tmp_path):
     model = PanelModel({"num_envs": 16, "max_iterations": 1, "units": [16], "device": "cpu"}, workdir=str(tmp_path))
     model.start_training()

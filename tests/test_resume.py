@@ -25,6 +25,8 @@ from omni_sfp.config import load_config
 from omni_sfp.runner import Runner
 from omni_sfp.train import main
 
+pytestmark = pytest.mark.slow  # training runs (module-scoped), a subprocess CLI run and signals
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["task=Cartpole", "num_envs=16", "train.models.units=[16,16]", "train.ppo.rollouts=8",
          "train.ppo.mini_batches=2", "train.ppo.learning_epochs=2", "task.env.max_episode_length=20"]

@@ -23,6 +23,7 @@ def cli(*args, cwd):
                           timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.slow
 def test_cli_trains_writes_a_complete_run_folder_and_plays_it_back(tmp_path):
     result = cli(*SMALL, "max_iterations=3", "experiment=smoke", f"runs_dir={tmp_path}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -73,12 +74,14 @@ def test_unreadable_checkpoint_is_refused_by_name(tmp_path, capsys):
     assert str(broken) in err and "unreadable" in err
 
 
+@pytest.mark.slow
 def test_cli_misuse_from_a_real_process_exits_2_without_traceback(tmp_path):
     result = cli("task=NoSuchTask", cwd=tmp_path)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "NoSuchTask" in result.stderr
 
 
+@pytest.mark.slow
 def test_cartpole_learns_to_balance(tmp_path):
     """A short end-to-end run: the deterministic policy balances far longer than a random one."""
     cfg = load_config(["task=Cartpole", "num_envs=256", "train.models.units=[64,64]", "max_iterations=60",
@@ -91,6 +94,7 @@ def test_cartpole_learns_to_balance(tmp_path):
     assert summary.sfp_hit_rate >= 0.95
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [["train.mixed_precision=true"], ["train.models.separate=true"],
                                        ["train.sfp.cache_check=off"], ["task=LQR60x8", "num_envs=32"],
                                        ["task=ConstantCost", "num_envs=32"],

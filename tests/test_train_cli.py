@@ -34,6 +34,7 @@ def test_a_given_seed_is_kept():
     assert draw_seed(cfg) is None and cfg.seed == 7
 
 
+@pytest.mark.slow
 def test_the_run_folder_keeps_the_drawn_seed(tmp_path, capsys):
     assert main([*SMALL, "seed=-1", f"runs_dir={tmp_path}"]) == 0
     printed = int(re.search(r"drew seed (\d+)", capsys.readouterr().out).group(1))

@@ -47,6 +47,7 @@ def quick_runs(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(quick_runs, tmp_path):
     expected = [r for r in ROWS if HAS_RLGAMES or not r.startswith("rlgames")]
     assert sorted(quick_runs) == sorted(expected)
@@ -75,6 +76,7 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
             assert entry["vs_rlgames_mixed"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_RLGAMES, reason=NO_RLGAMES)
 def test_rlgames_is_driven_the_oige_way_with_compile_off_and_max_steps_unset(quick_runs, tmp_path):
     from omni_sfp.bench.rlgames import rlgames_config
@@ -209,6 +211,7 @@ def test_bad_arguments_print_one_line_and_exit_2(args, expected, capsys):
     assert err.startswith("omni_sfp.bench: error: ") and expected in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_the_command_itself_exits_2_on_a_bad_argument():
     result = subprocess.run([sys.executable, "-m", "omni_sfp.bench", "--repetitions", "-1"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
