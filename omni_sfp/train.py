@@ -68,15 +68,20 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str]) -> int:
     from omni_sfp.checkpoint import CheckpointError
     from omni_sfp.config import ConfigError, load_config
+    from omni_sfp.envs.isaaclab import IsaacLabError
+    from omni_sfp.envs.oige import OIGEError
     from omni_sfp.registry import UnknownTaskError
 
+    # bad input: the config, the checkpoint, or a task this machine cannot build (its simulator is missing).
+    # Not any RuntimeError: a CUDA out-of-memory or a bug is no bad input and keeps its traceback.
+    bad_input = (ConfigError, CheckpointError, UnknownTaskError, IsaacLabError, OIGEError)
     try:
         cfg = load_config(argv)
         draw_seed(cfg)
         from omni_sfp.runner import Runner, precision_note
 
         runner = Runner(cfg)
-    except (ConfigError, CheckpointError, UnknownTaskError) as error:  # not RuntimeError: a CUDA OOM is no bad input
+    except bad_input as error:
         _error(error)
         return EXIT_USAGE
 
