@@ -128,12 +128,11 @@ def _rng_snapshot(device: torch.device) -> tuple:
 
 @dataclass(eq=False)
 class _Guard:
-    """Shared by a graph-carrying entry and the gradient hook on its output; holds no tensor strongly.
+    """Shared by a graph-carrying entry and the gradient hook on its output; holds nothing of the graph.
 
     ``shared``: the output was served to a second call, so two losses hang off one trunk graph. ``task``:
     the autograd graph task that last reached the output."""
 
-    output_ref: weakref.ref
     shared: bool = False
     task: int | None = None
 
@@ -379,7 +378,7 @@ class SingleForwardPass(nn.Module):
             carries_graph=output.requires_grad,
         )
         if entry.carries_graph:
-            entry.guard = _Guard(weakref.ref(output))
+            entry.guard = _Guard()
             output.register_hook(_on_backward(self, entry, entry.guard))
         return entry
 
@@ -398,8 +397,8 @@ def _on_backward(cache: SingleForwardPass, entry: _Entry, guard: _Guard):
         task = torch._C._current_graph_task_id()
         earlier, guard.task = guard.task, task
         if guard.shared and earlier is not None and earlier != task:
-            output = guard.output_ref()
-            if output is not None and _graph_freed(output.grad_fn):
+            node = torch._C._current_autograd_node()  # the output's grad_fn, whose pre-hook this is
+            if node is not None and _graph_freed(node):
                 raise SharedGraphBackwardError(
                     "SingleForwardPass: the policy and value calls shared one trunk output (a cache hit) and an "
                     "earlier backward freed its graph; sum the losses into one backward (as PPO does), pass "
