@@ -233,7 +233,8 @@ class SingleForwardPass(nn.Module):
         context = self._context(x)
         entry = self._entry
         if entry is not None:
-            if self._same_input(entry, x) and self._same_state(entry, context, objects, state):
+            # metadata first: a content check (a tensor read) is only made when everything else matches
+            if self._same_state(entry, context, objects, state) and self._same_input(entry, x):
                 return self._serve(entry)
             self._entry = None  # drop it before computing, so a stale graph is freed as early as possible
 
