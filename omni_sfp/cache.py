@@ -9,24 +9,55 @@ same as when it was computed (see ``SingleForwardPass``). It knows torch, not sk
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import nn
+from torch.nn.modules import module as _module_globals
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from omni_sfp.schema import CACHE_CHECKS  # defined once, with every setting
 
 CacheCheck = Literal["identity", "content", "auto", "off"]
 
-_DROPOUT_TYPES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+_PLAIN_TENSOR_TYPES = (torch.Tensor, nn.Parameter)
+
+# -- the global generation: every optimizer step in the process invalidates every cache ----------------------
+# Fused optimizers (torch.optim.Adam/AdamW/SGD(fused=True), our default) write the parameters without bumping
+# their version counters, so versions alone cannot see a step. torch runs the global step post-hooks after
+# every Optimizer.step(), fused or not; bumping a counter there costs one integer add per step and makes
+# every entry computed before the step a miss. Invalidating the caches of models the optimizer does not own
+# costs at most one recomputation each: conservative, never wrong.
+_generation = 0
+
+
+def invalidate_all_caches() -> None:
+    """Make every cache in the process miss once: for writes the cache cannot see in any model (``.data``
+    edits, parameters shared with code that edits them in place without autograd, numerics flags)."""
+    global _generation
+    _generation += 1
+
+
+def _on_optimizer_step(optimizer, args, kwargs) -> None:
+    invalidate_all_caches()
+
+
+_OPTIMIZER_HOOK = register_optimizer_step_post_hook(_on_optimizer_step)
+
+
+class SharedGraphBackwardError(RuntimeError):
+    """A second backward reached a trunk output that two calls shared, after an earlier backward freed it."""
 
 
 @dataclass
 class SFPStats:
     """Counters of trunk calls: ``hits`` served from the cache, ``misses`` computed (and cached),
-    ``bypasses`` computed without caching (cache off, or a stochastic trunk in training mode)."""
+    ``bypasses`` computed without caching (cache off, a trunk that drew random numbers, hooks on the trunk,
+    an active ``torch.func`` transform or forward-mode AD)."""
 
     hits: int = 0
     misses: int = 0
@@ -68,23 +99,66 @@ def _layout(tensor: torch.Tensor) -> tuple:
     return (tensor.shape, tensor.stride(), tensor.storage_offset(), tensor.dtype, tensor.device)
 
 
-@dataclass
-class _Entry:
-    """One cached trunk call: the input it was computed from, the output, and the context it ran in."""
+def _transform_active() -> bool:
+    """A ``torch.func`` transform (grad, vmap, jacrev, ...) or a forward-mode AD level is active: inputs and
+    parameters may be wrapped or carry tangents that no key describes, so the trunk must run as written."""
+    return torch._C._functorch.peek_interpreter_stack() is not None or _forward_ad._current_level >= 0
 
-    input: torch.Tensor  # a reference, or a private copy when its version cannot be tracked
+
+def _has_global_hooks() -> bool:
+    return bool(
+        _module_globals._global_forward_hooks
+        or _module_globals._global_forward_pre_hooks
+        or _module_globals._global_backward_hooks
+        or _module_globals._global_backward_pre_hooks
+    )
+
+
+def _rng_snapshot(device: torch.device) -> tuple:
+    """The state of every generator the trunk can draw from by default: the CPU generator's full state
+    (bytes: a memcmp, no tensor op) and, for a CUDA input, that device's Philox offset (a host integer,
+    no sync). Taken around a miss: if it moved, the trunk drew random numbers and its result must not be
+    shared (each role draws its own, as in the double pass)."""
+    state = torch.default_generator.get_state()
+    cpu = ctypes.string_at(state.data_ptr(), state.numel())
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return cpu, torch.cuda.default_generators[index].get_offset()
+    return (cpu,)
+
+
+@dataclass(eq=False)
+class _Guard:
+    """Shared by a graph-carrying entry and the gradient hook on its output; holds nothing of the graph.
+
+    ``shared``: the output was served to a second call, so two losses hang off one trunk graph. ``task``:
+    the autograd graph task that last reached the output."""
+
+    shared: bool = False
+    task: int | None = None
+
+
+@dataclass(eq=False)
+class _Entry:
+    """One cached trunk call: the input it was computed from, the output, and the state it ran in."""
+
+    input_ref: weakref.ref  # identity of the caller's tensor, without keeping it (or its graph) alive
+    input_data: torch.Tensor | None  # detached alias (shares the version counter) or private copy, for content
     input_version: int | None
     input_layout: tuple
-    input_is_copy: bool
     output: torch.Tensor
     output_version: int | None
+    private_output: bool  # an inference-mode output: a private copy, served as a fresh copy, once
     context: tuple
+    refs: tuple  # weak references to the trunk's modules, parameters and buffers, in walk order
+    state: tuple  # their data pointers, versions, requires_grad and training flags
     carries_graph: bool
+    guard: _Guard | None = None
     served: int = 0
 
 
 class SingleForwardPass(nn.Module):
-    """Wraps a trunk so that repeated calls on the same input in the same context compute it once.
+    """Wraps a trunk so that repeated calls on the same input in the same state compute it once.
 
     Use it inside a skrl model's ``compute()``: ``features = self.trunk(inputs["observations"])``; both
     roles call it, whichever comes first computes, the other is served.
@@ -99,22 +173,39 @@ class SingleForwardPass(nn.Module):
     - ``"auto"``: identity first, then content. The default.
     - ``"off"``: never cache (the double-pass baseline); every call counts as a bypass.
 
-    Besides the input, a hit requires the same grad mode, inference mode, autocast state and dtype,
-    ``training`` flag, and the same trunk parameters and buffers (their version counters and storage:
-    an optimizer step, ``load_state_dict`` or any in-place change invalidates).
+    Besides the input, a hit requires the same state, all read from metadata (no tensor data):
+
+    - grad mode, inference mode, autocast state and dtype, ``torch.get_float32_matmul_precision()``;
+    - the input's autograd state: an input that requires grad (a leaf or the output of an encoder) is
+      served only to the very same tensor object, never by content, so gradients reach the caller's graph;
+    - the trunk's modules, parameters and buffers, each by identity (a weak reference: a dead or replaced
+      object is a miss, so freed-and-reused memory can never look like the old parameter), data pointer,
+      version counter and ``requires_grad``, and every module's ``training`` flag;
+    - the process-wide optimizer generation: every ``Optimizer.step()``, fused or not, invalidates.
+
+    Calls that cannot be shared run the trunk as written and count as bypasses: ``cache_check="off"``, an
+    active ``torch.func`` transform or forward-AD level, a trunk with module hooks (they observe every
+    call), an input of a tensor subclass, and any call during which the trunk drew random numbers (the
+    default generators' state is compared across each miss: dropout, RReLU, noisy layers, ``F.dropout``
+    anywhere, found by what they do rather than by a list of types).
 
     Lifetime: an entry that carries an autograd graph is served at most once and is dropped at the next
-    call or mode change, so it never keeps a graph alive; a backward pass through its output drops it too
-    (that backward frees the graph, which a later hit would hand out). A graph-free entry (no-grad
-    rollouts, bootstrap values) may serve its pair partner and any further identical call until the next
-    miss: sharing it cannot change a result, and it lets the time-limit bootstrap's lone value call on the
-    next observations be reused by the next step's policy *and* value calls. The content check is tried only
-    against an entry not yet served, so steady-state rollouts read no tensor to decide a miss.
+    call or mode change, so it never keeps a graph alive; a backward pass through its output drops it too.
+    A graph-free entry (no-grad rollouts, bootstrap values) may serve its pair partner and any further
+    identical call until the next miss; it keeps no reference to the caller's input (a weak reference for
+    identity, a detached alias for one content check, dropped once served). An inference-mode output has no
+    version counter, so an in-place edit by a head could not be seen: such an entry keeps a private copy
+    and serves a fresh copy of it to its immediate partner only.
+
+    If two losses hang off one shared output and each gets its own backward, the second backward finds the
+    trunk's graph freed; this raises :class:`SharedGraphBackwardError` naming the remedies (sum the losses,
+    ``retain_graph=True``, or ``clear()`` between the calls). What the cache cannot see at all (``.data``
+    writes, memory written behind the version counter by numpy/DLPack/warp, non-tensor module state) needs
+    ``clear()`` or :func:`invalidate_all_caches`; the README lists each case.
 
     The contract: a hit never changes what the caller computes. Outputs equal the uncached trunk's
     bitwise; gradients equal it up to the order of floating-point summation at the trunk output (both
-    heads' gradients are summed before one trunk backward instead of after two). Do not modify the
-    returned features in place: both roles hold the same tensor.
+    heads' gradients are summed before one trunk backward instead of after two).
     """
 
     def __init__(self, trunk: nn.Module, cache_check: CacheCheck = "auto") -> None:
@@ -131,31 +222,32 @@ class SingleForwardPass(nn.Module):
         self.cache_check: CacheCheck = cache_check
         self.stats = SFPStats()
         self._entry: _Entry | None = None
-        self._stochastic_in_training = any(isinstance(m, _DROPOUT_TYPES) for m in trunk.modules())
 
     # -- public -----------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.cache_check == "off" or (self._stochastic_in_training and self.training):
-            self._entry = None
-            self.stats.bypasses += 1
-            return self.trunk(x)
-
+        if self.cache_check == "off" or type(x) not in _PLAIN_TENSOR_TYPES or _transform_active():
+            return self._bypass(x)
+        walked = self._walk()
+        if walked is None:  # hooks on the trunk
+            return self._bypass(x)
+        objects, state = walked
         context = self._context(x)
         entry = self._entry
         if entry is not None:
-            if entry.context == context and self._output_untouched(entry) and self._same_input(entry, x):
-                self.stats.hits += 1
-                entry.served += 1
-                if entry.carries_graph:
-                    self._entry = None
-                return entry.output
+            # metadata first: a content check (a tensor read) is only made when everything else matches
+            if self._same_state(entry, context, objects, state) and self._same_input(entry, x):
+                return self._serve(entry)
             self._entry = None  # drop it before computing, so a stale graph is freed as early as possible
 
+        before = _rng_snapshot(x.device)
         output = self.trunk(x)
+        if not isinstance(output, torch.Tensor):
+            raise TypeError(f"SingleForwardPass expects the trunk to return one tensor, got {type(output).__name__}")
+        if _rng_snapshot(x.device) != before:  # the trunk drew random numbers: its result is not shareable
+            self.stats.bypasses += 1
+            return output
         self.stats.misses += 1
-        self._entry = self._make_entry(x, output, context)
-        if self._entry is not None and self._entry.carries_graph:
-            output.register_hook(_drop_on_backward(self, self._entry))
+        self._entry = self._make_entry(x, output, context, objects, state)
         return output
 
     def clear(self) -> None:
@@ -173,91 +265,183 @@ class SingleForwardPass(nn.Module):
         self._entry = None
         return super()._apply(fn, *args, **kwargs)
 
+    def __getstate__(self) -> dict:
+        """``copy.deepcopy``, ``pickle`` and ``torch.save`` of the module carry no entry (a cached batch, or
+        a graph that cannot be copied)."""
+        state = self.__dict__.copy()
+        state["_entry"] = None
+        return state
+
     def extra_repr(self) -> str:
         return f"cache_check={self.cache_check!r}"
 
+    # -- calls ------------------------------------------------------------------------------------------
+    def _bypass(self, x: torch.Tensor) -> torch.Tensor:
+        self._entry = None
+        self.stats.bypasses += 1
+        return self.trunk(x)
+
+    def _serve(self, entry: _Entry) -> torch.Tensor:
+        self.stats.hits += 1
+        entry.served += 1
+        entry.input_data = None  # no content check after the first serve: let the input go
+        if entry.private_output:
+            self._entry = None  # the immediate partner only
+            return entry.output.clone()
+        if entry.carries_graph:
+            self._entry = None
+            entry.guard.shared = True
+        return entry.output
+
     # -- keys -------------------------------------------------------------------------------------------
     def _context(self, x: torch.Tensor) -> tuple:
+        grad = torch.is_grad_enabled()
         autocast, autocast_dtype = _autocast_state(x.device.type)
         return (
-            torch.is_grad_enabled(),
+            _generation,
+            grad,
             torch.is_inference_mode_enabled(),
             autocast,
             autocast_dtype,
-            self.training,
-            self._parameter_state(),
+            torch.get_float32_matmul_precision(),
+            grad and x.requires_grad,  # the output's graph must lead to this input
         )
 
-    def _parameter_state(self) -> tuple:
-        return tuple((t.data_ptr(), t._version) for t in self._tracked_tensors())
+    def _walk(self) -> tuple[list, tuple] | None:
+        """The trunk's modules, parameters and buffers (objects) and their metadata (state), read fresh on
+        every call; None if any module hook is registered (hooks see every call: the cache must not elide
+        one)."""
+        if _has_global_hooks():
+            return None
+        objects: list = []
+        state: list = []
+        stack = [self.trunk]
+        while stack:
+            module = stack.pop()
+            if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks:
+                return None
+            objects.append(module)
+            state.append(module.training)
+            for tensors in (module._parameters, module._buffers):
+                for tensor in tensors.values():
+                    if tensor is not None:
+                        objects.append(tensor)
+                        state.append((tensor.data_ptr(), _tensor_version(tensor), tensor.requires_grad))
+            stack.extend(child for child in module._modules.values() if child is not None)
+        return objects, tuple(state)
 
-    def _tracked_tensors(self):
-        yield from self.trunk.parameters()
-        yield from self.trunk.buffers()
+    @staticmethod
+    def _same_state(entry: _Entry, context: tuple, objects: list, state: tuple) -> bool:
+        if entry.context != context or entry.state != state or len(entry.refs) != len(objects):
+            return False
+        if entry.output_version is not None and entry.output._version != entry.output_version:
+            return False  # the caller modified the returned features in place
+        return all(ref() is obj for ref, obj in zip(entry.refs, objects))
 
     def _same_input(self, entry: _Entry, x: torch.Tensor) -> bool:
         if _layout(x) != entry.input_layout:
             return False
-        if (
-            not entry.input_is_copy
-            and x is entry.input
-            and entry.input_version is not None
-            and _tensor_version(x) == entry.input_version
-        ):
+        version = _tensor_version(x)
+        if version is not None and version == entry.input_version and entry.input_ref() is x:
             return True
         # A content check reads both tensors (a host sync on CUDA). Only an entry nobody has used yet is
         # worth it: once served, the pair it was made for is complete and the next input is new data.
-        if self.cache_check == "identity" or entry.served:
+        # An input that requires grad is served by identity only: a content hit would hand it a graph
+        # that leads to another tensor.
+        if self.cache_check == "identity" or entry.input_data is None or x.requires_grad:
             return False
-        # the cached reference must itself be unmodified since the output was computed from it
-        if not entry.input_is_copy and _tensor_version(entry.input) != entry.input_version:
+        # the cached data must itself be unmodified since the output was computed from it
+        if entry.input_version is not None and entry.input_data._version != entry.input_version:
             return False
-        if not torch.equal(x, entry.input):
+        if not torch.equal(x, entry.input_data):
             return False
-        version = _tensor_version(x)
         if version is not None:  # rebind to the caller's tensor, so its partner call hits by identity
-            entry.input, entry.input_version, entry.input_is_copy = x, version, False
+            entry.input_ref, entry.input_version = weakref.ref(x), version
         return True
 
-    @staticmethod
-    def _output_untouched(entry: _Entry) -> bool:
-        return entry.output_version is None or entry.output._version == entry.output_version
-
-    def _make_entry(self, x: torch.Tensor, output: torch.Tensor, context: tuple) -> _Entry | None:
-        if not isinstance(output, torch.Tensor):
-            raise TypeError(f"SingleForwardPass expects the trunk to return one tensor, got {type(output).__name__}")
+    def _make_entry(self, x, output: torch.Tensor, context: tuple, objects: list, state: tuple) -> _Entry | None:
         version = _tensor_version(x)
         untrackable = version is None  # inference-mode input: it may change in place without a trace
         if untrackable and self.cache_check == "identity":
             return None
-        return _Entry(
-            input=x.clone() if untrackable else x,
+        output_version = _tensor_version(output)
+        private_output = output_version is None
+        entry = _Entry(
+            input_ref=weakref.ref(x),
+            input_data=x.clone() if untrackable else (None if self.cache_check == "identity" else x.detach()),
             input_version=version,
             input_layout=_layout(x),
-            input_is_copy=untrackable,
-            output=output,
-            output_version=_tensor_version(output),
+            output=output.clone() if private_output else output,
+            output_version=output_version,
+            private_output=private_output,
             context=context,
+            refs=tuple(weakref.ref(obj) for obj in objects),
+            state=state,
             carries_graph=output.requires_grad,
         )
+        if entry.carries_graph:
+            entry.guard = _Guard()
+            output.register_hook(_on_backward(self, entry, entry.guard))
+        return entry
 
 
-def _drop_on_backward(cache: SingleForwardPass, entry: _Entry):
-    """A gradient hook on a cached output: once a backward reaches it, the graph behind it is freed (unless
-    retained), so the entry must not be served again. Weak references only: no cycle keeps a graph alive."""
+def _on_backward(cache: SingleForwardPass, entry: _Entry, guard: _Guard):
+    """A gradient hook on a cached output with a graph. A backward reaching it frees the graph behind it
+    (unless retained), so the entry must not be served again. If the output was shared by two calls and a
+    second backward arrives after the first freed the graph, raise a clear error instead of autograd's
+    "backward through the graph a second time". Weak references only: no cycle keeps a graph alive."""
     cache_ref, entry_ref = weakref.ref(cache), weakref.ref(entry)
 
     def hook(grad: torch.Tensor) -> None:
         owner = cache_ref()
         if owner is not None and owner._entry is not None and owner._entry is entry_ref():
             owner._entry = None
+        task = torch._C._current_graph_task_id()
+        earlier, guard.task = guard.task, task
+        if guard.shared and earlier is not None and earlier != task:
+            node = torch._C._current_autograd_node()  # the output's grad_fn, whose pre-hook this is
+            if node is not None and _graph_freed(node):
+                raise SharedGraphBackwardError(
+                    "SingleForwardPass: the policy and value calls shared one trunk output (a cache hit) and an "
+                    "earlier backward freed its graph; sum the losses into one backward (as PPO does), pass "
+                    "retain_graph=True to the first backward, or call clear() between the two calls"
+                )
 
     return hook
+
+
+def _graph_freed(node, limit: int = 64) -> bool:
+    """Whether the autograd graph below ``node`` was freed: its saved tensors can no longer be read. Only
+    called on the error path (a second backward through a shared output)."""
+    seen, queue = set(), [node]
+    while queue and len(seen) < limit:
+        node = queue.pop(0)
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for name in dir(node):
+            if name.startswith("_raw_saved_"):  # a saved tensor (scalars saved as _saved_* are never freed)
+                try:
+                    getattr(node, "_saved_" + name[len("_raw_saved_"):])
+                except RuntimeError:
+                    return True
+                return False  # a saved tensor is still readable: the graph is retained
+        queue.extend(child for child, _ in node.next_functions)
+    return False
 
 
 def sfp_modules(model: nn.Module) -> list[SingleForwardPass]:
     """All single-forward-pass caches inside ``model``."""
     return [m for m in model.modules() if isinstance(m, SingleForwardPass)]
+
+
+def clear_caches(model: nn.Module) -> int:
+    """Drop the entry of every cache inside ``model`` (at an update boundary, after a ``.data`` write or an
+    external write to an input buffer); returns how many caches there are."""
+    caches = sfp_modules(model)
+    for cache in caches:
+        cache.clear()
+    return len(caches)
 
 
 def collect_stats(model: nn.Module) -> SFPStats:

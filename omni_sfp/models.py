@@ -12,7 +12,7 @@ from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
 from torch import nn
 
 from omni_sfp import schema
-from omni_sfp.cache import CacheCheck, SFPStats, SingleForwardPass, collect_stats, sfp_modules
+from omni_sfp.cache import CacheCheck, SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {name: getattr(nn, cls) for name, cls in schema.ACTIVATIONS.items()}
 
@@ -94,6 +94,23 @@ class SharedActorCritic(GaussianMixin, DeterministicMixin, Model):
         if role == "value":
             return self.value_head(features), {}
         raise ValueError(f"SharedActorCritic plays role 'policy' or 'value', not {role!r}")
+
+    def __getstate__(self) -> dict:
+        """``deepcopy``/``torch.save`` of the model: skip skrl's last policy distribution, which holds the last
+        call's graph (graphs cannot be copied) and is rebuilt by the next ``act``. The cache drops its own entry."""
+        state = super().__getstate__()
+        state["_g_distribution"] = None
+        return state
+
+    def update_parameters(self, model: nn.Module, *, polyak: float = 1.0) -> None:
+        """skrl's target-network update writes through ``.data``, which no version counter sees: drop the
+        cached entries afterwards."""
+        super().update_parameters(model, polyak=polyak)
+        clear_caches(self)
+
+    def clear_sfp_cache(self) -> None:
+        """Drop the cached trunk output (e.g. at an update boundary, or after writing parameters via ``.data``)."""
+        clear_caches(self)
 
     @property
     def sfp_stats(self) -> SFPStats:
