@@ -48,7 +48,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tolerances import summation_order_bound
-
 from torch import nn
 
 from omni_sfp import SharedActorCritic
