@@ -1,7 +1,12 @@
-"""skrl's PPO, extended for the single-forward-pass model and for a rollout free of host syncs.
+"""skrl's PPO with our own update, for the single-forward-pass model and a rollout free of host syncs.
 
 What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 
+- ``update()`` is ours (:meth:`SFPPPO._ppo_update`): skrl 2.1.1's mathematics, pinned bit for bit by
+  tests/test_agent.py, with less bookkeeping (one gather per epoch, contiguous minibatch slices, one
+  normalisation of the observations for all epochs after the first, losses on the device until the end, the
+  grad-norm clip folded into the fused Adam step). It clears the SFP caches itself at its start, after every
+  optimizer step and at its end (a fused step bumps no version counter), and it *returns* its losses.
 - ``record_transition`` keeps episode statistics on the device (skrl's base reads four numbers back to
   the host every step) and checks for non-finite data without a sync: the first bad env step, env index
   and quantity are remembered on the device and read once per rollout, at the update.
@@ -11,8 +16,12 @@ What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 - the time-limit bootstrap runs on every step, under the same autocast as ``act()``, instead of only
   when ``truncated.any()`` (a host sync). With the cache this costs nothing: the next step's policy and
   value calls see the same observations and are served from that one trunk forward.
-- it counts the *shareable* trunk calls (the value call of each rollout step and minibatch, and each
-  bootstrap call), the denominator of the cache hit rate that the runner reports.
+- it counts the *shareable* trunk calls as they happen (the value call of each rollout step and of each
+  minibatch that is stepped, and each bootstrap call the next step reuses), the denominator of the cache
+  hit rate that the runner reports.
+- on CPU, mixed precision (bf16) runs without a GradScaler: bf16 needs no loss scaling.
+- the agent saves and restores itself (:meth:`SFPPPO.state_dict`); skrl's private fields (``_rollout``,
+  ``_current_*``, the preprocessors) are touched in this module only.
 - in a multi-process run every decision that changes which collectives run (skip or raise, the episode
   statistics that decide ``best.pt``) is agreed between the ranks (:mod:`omni_sfp.distributed`).
 """
@@ -323,18 +332,13 @@ class SFPPPO(PPO):
             log_prob=self._current_log_prob,
             values=self._current_values,
         )
+        self._rollout += 1  # steps recorded so far (skrl counts them in post_interaction, which our loop skips)
 
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """skrl's hook, for code that drives the agent the skrl way (our loop calls :meth:`update` itself)."""
-        if self.training:
-            self._rollout += 1
-            if not self._rollout % self.cfg.rollouts:
-                self.update(timestep=timestep, timesteps=timesteps)
+        """skrl's hook, for code that drives the agent the skrl way (omni_sfp.loop calls :meth:`update`)."""
+        if self.training and not self._rollout % self.cfg.rollouts:
+            self.update(timestep=timestep, timesteps=timesteps)
         Agent.post_interaction(self, timestep=timestep, timesteps=timesteps)  # TensorBoard at write_interval
-
-    def end_rollout(self) -> None:
-        """The loop's counterpart of skrl's ``post_interaction`` bookkeeping: one rollout step done."""
-        self._rollout += 1
 
     def update(self, *, timestep: int, timesteps: int) -> dict[str, float]:
         """One PPO update on the rollout in memory; returns its losses and statistics (empty when skipped).

@@ -25,14 +25,14 @@ from omni_sfp.agent import SFPPPO, compute_gae
 from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 
 UNITS = (16, 16)
-SETTINGS = dict(
-    rollouts=8, learning_epochs=3, mini_batches=4, learning_rate=1e-3, discount_factor=0.99, gae_lambda=0.95,
-    learning_rate_scheduler=KLAdaptiveLR, learning_rate_scheduler_kwargs={"kl_threshold": 0.008},
-    observation_preprocessor=RunningStandardScaler, observation_preprocessor_kwargs={"size": BOX_OBS, "device": "cpu"},
-    value_preprocessor=RunningStandardScaler, value_preprocessor_kwargs={"size": 1, "device": "cpu"},
-    grad_norm_clip=0.5, ratio_clip=0.2, value_clip=0.2, entropy_loss_scale=0.01, value_loss_scale=2.0,
-    time_limit_bootstrap=True, rewards_shaper=lambda rewards, timestep, timesteps: rewards * 0.1,
-)
+SETTINGS = {
+    "rollouts": 8, "learning_epochs": 3, "mini_batches": 4, "learning_rate": 1e-3, "discount_factor": 0.99, "gae_lambda": 0.95,
+    "learning_rate_scheduler": KLAdaptiveLR, "learning_rate_scheduler_kwargs": {"kl_threshold": 0.008},
+    "observation_preprocessor": RunningStandardScaler, "observation_preprocessor_kwargs": {"size": BOX_OBS, "device": "cpu"},
+    "value_preprocessor": RunningStandardScaler, "value_preprocessor_kwargs": {"size": 1, "device": "cpu"},
+    "grad_norm_clip": 0.5, "ratio_clip": 0.2, "value_clip": 0.2, "entropy_loss_scale": 0.01, "value_loss_scale": 2.0,
+    "time_limit_bootstrap": True, "rewards_shaper": lambda rewards, timestep, timesteps: rewards * 0.1,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -117,8 +117,8 @@ def test_fused_adam_with_the_clip_in_its_step_moves_parameters_as_clip_then_adam
     of multiplying by its inverse: a few roundings of relative size 2**-24 each (16 allowed) on a quantity of
     size <= lr, plus one rounding of the parameter itself (1 ulp)."""
     models = make_models("shared-sfp")
-    settings = dict(learning_epochs=1, mini_batches=1, grad_norm_clip=1e-3, learning_rate_scheduler=None,
-                    learning_rate_scheduler_kwargs={})
+    settings = {"learning_epochs": 1, "mini_batches": 1, "grad_norm_clip": 1e-3, "learning_rate_scheduler": None,
+                    "learning_rate_scheduler_kwargs": {}}
     skrl_agent, skrl_tracked = train(PPO, copy.deepcopy(models), updates=1, **settings)
     fused = functools.partial(SFPPPO, fused_optimizer=True)
     agent, tracked = train(fused, copy.deepcopy(models), updates=1, **settings)
@@ -163,7 +163,7 @@ def test_gae_by_hand():
     """One env, three steps, the episode ends after step 1; gamma 0.9, lambda 0.8:
     A2 = 3 - 1.5 + 0.9 * 2.0 = 3.3; A1 = 2 - 1.0 = 1.0 (done: no bootstrap);
     A0 = 1 - 0.5 + 0.9 * (1.0 + 0.8 * 1.0) = 2.12; returns = A + V."""
-    column = lambda *xs: torch.tensor(xs).view(-1, 1, 1)  # noqa: E731
+    column = lambda *xs: torch.tensor(xs).view(-1, 1, 1)
     returns, advantages = compute_gae(rewards=column(1.0, 2.0, 3.0), dones=column(False, True, False),
                                       values=column(0.5, 1.0, 1.5), last_values=torch.tensor([[2.0]]),
                                       discount_factor=0.9, gae_lambda=0.8)
