@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import time
 from typing import Any
 
 import torch
@@ -231,6 +232,17 @@ class SFPPPO(PPO):
 
     def pop_episode_stats(self) -> tuple[float | None, float | None, int]:
         return self._episodes.pop() if self._episodes is not None else (None, None, 0)
+
+    def purge_tensorboard_from(self, step: int) -> None:
+        """Hide the TensorBoard events at steps >= ``step`` written before (a run resumed in its folder from an
+        earlier checkpoint): a SessionLog START at ``step``, what torch's ``SummaryWriter(purge_step=step)``
+        writes; skrl's writer has no such argument, so its private event writer is used, here only."""
+        event_writer = getattr(getattr(self, "writer", None), "_event_file_writer", None)
+        if event_writer is not None:
+            from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+            start = SessionLog(status=SessionLog.START)
+            event_writer.add_event(Event(step=step, wall_time=time.time(), session_log=start))
 
     def clear_caches(self) -> None:
         """Drop every cache entry: parameters are about to change, or just did (a fused optimizer step

@@ -490,15 +490,7 @@ class Runner:
             tmp = progress.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(line + "\n" for line in kept))
             os.replace(tmp, progress)
-        event_writer = getattr(getattr(self.agent, "writer", None), "_event_file_writer", None)
-        if event_writer is not None:
-            # TensorBoard's purge: a SessionLog START at step s hides earlier files' events at steps >= s
-            # (what torch's SummaryWriter(purge_step=s) writes; skrl's writer has no such argument)
-            from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-
-            step = iteration * self.cfg.train.ppo.rollouts + 1
-            start = SessionLog(status=SessionLog.START)
-            event_writer.add_event(Event(step=step, wall_time=time.time(), session_log=start))
+        self.agent.purge_tensorboard_from(iteration * self.cfg.train.ppo.rollouts + 1)
 
     @property
     def _cache_in_use(self) -> bool:
