@@ -24,7 +24,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def build(iterations: int):
+def build():
     cfg = load_config(SMALL)
     env = make_env("Cartpole", num_envs=8, device=torch.device("cpu"), seed=0, task_cfg={"max_episode_length": 6})
     agent = build_agent(cfg, env, build_models(cfg, env, torch.device("cpu")), torch.device("cpu"), run_dir=None)
@@ -32,7 +32,7 @@ def build(iterations: int):
 
 
 def test_each_iteration_is_rollout_update_log_checkpoint_in_that_order_and_a_stop_ends_it_with_a_final_checkpoint():
-    env, agent = build(5)
+    env, agent = build()
     events = []
     update = agent.update
     agent.update = lambda **kwargs: events.append(("update", agent._rollout)) or update(**kwargs)
@@ -52,7 +52,7 @@ def test_each_iteration_is_rollout_update_log_checkpoint_in_that_order_and_a_sto
 
 
 def test_the_loop_runs_to_its_last_iteration_and_counts_every_shareable_call():
-    env, agent = build(3)
+    env, agent = build()
     history = []
     learner = Learner(env, agent, iterations=3, log=lambda progress, losses: history.append(progress),
                       checkpoint=lambda progress, final: history.append(final))
@@ -65,7 +65,7 @@ def test_the_loop_runs_to_its_last_iteration_and_counts_every_shareable_call():
 
 
 def test_off_a_terminal_one_compact_line_every_n_iterations_and_at_the_last(tmp_path, capsys):
-    env, agent = build(5)
+    _, agent = build()
     output = ProgressOutput([tmp_path / "progress.jsonl"], agent, iterations=5, start_iteration=0, console="lines",
                             cache_in_use=True, every=2)
     for iteration in range(1, 6):
