@@ -1,4 +1,4 @@
-"""From a validated config to a finished run: task -> env -> model (cache) -> skrl PPO -> trainer -> run folder.
+"""From a validated config to a finished run: task -> env -> model (cache) -> SFPPPO -> loop.Learner -> run folder.
 
 The run folder ``runs/<task>/<timestamp>_<experiment>/`` alone reproduces a run: ``config.yaml`` (the
 resolved config), TensorBoard scalars, ``progress.jsonl`` (one line per iteration), ``checkpoints/``
