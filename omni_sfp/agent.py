@@ -1,7 +1,12 @@
-"""skrl's PPO, extended for the single-forward-pass model and for a rollout free of host syncs.
+"""skrl's PPO with our own update, for the single-forward-pass model and a rollout free of host syncs.
 
 What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 
+- ``update()`` is ours (:meth:`SFPPPO._ppo_update`): skrl 2.1.1's mathematics, pinned bit for bit by
+  tests/test_agent.py, with less bookkeeping (one gather per epoch, contiguous minibatch slices, one
+  normalisation of the observations for all epochs after the first, losses on the device until the end, the
+  grad-norm clip folded into the fused Adam step). It clears the SFP caches itself at its start, after every
+  optimizer step and at its end (a fused step bumps no version counter), and it *returns* its losses.
 - ``record_transition`` keeps episode statistics on the device (skrl's base reads four numbers back to
   the host every step) and checks for non-finite data without a sync: the first bad env step, env index
   and quantity are remembered on the device and read once per rollout, at the update.
@@ -11,8 +16,12 @@ What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 - the time-limit bootstrap runs on every step, under the same autocast as ``act()``, instead of only
   when ``truncated.any()`` (a host sync). With the cache this costs nothing: the next step's policy and
   value calls see the same observations and are served from that one trunk forward.
-- it counts the *shareable* trunk calls (the value call of each rollout step and minibatch, and each
-  bootstrap call), the denominator of the cache hit rate that the runner reports.
+- it counts the *shareable* trunk calls as they happen (the value call of each rollout step and of each
+  minibatch that is stepped, and each bootstrap call the next step reuses), the denominator of the cache
+  hit rate that the runner reports.
+- on CPU, mixed precision (bf16) runs without a GradScaler: bf16 needs no loss scaling.
+- the agent saves and restores itself (:meth:`SFPPPO.state_dict`); skrl's private fields (``_rollout``,
+  ``_current_*``, the preprocessors) are touched in this module only.
 - in a multi-process run every decision that changes which collectives run (skip or raise, the episode
   statistics that decide ``best.pt``) is agreed between the ranks (:mod:`omni_sfp.distributed`).
 """
@@ -20,16 +29,28 @@ What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 from __future__ import annotations
 
 import copy
+import functools
 import math
+import time
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from skrl import config as skrl_config
+from skrl.agents.torch import Agent
 from skrl.agents.torch.ppo import PPO
+from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 from omni_sfp import distributed
-from omni_sfp.cache import SFPStats, collect_stats
+from omni_sfp.cache import SFPStats, sfp_modules
 
 CHECK_FINITE = ("raise", "skip", "off")
+
+
+# TensorBoard tags of the update's results (skrl's own tags, so the scalars read as skrl's would)
+_TAGS = (("Loss / Policy loss", "policy_loss"), ("Loss / Value loss", "value_loss"),
+         ("Loss / Entropy loss", "entropy_loss"), ("Policy / Standard deviation", "std"),
+         ("Learning / Learning rate", "learning_rate"))
 
 
 class NonFiniteError(FloatingPointError):
@@ -43,6 +64,40 @@ def check_finite_mode(value: str | bool) -> str:
     if value not in CHECK_FINITE:
         raise ValueError(f"check_finite={value!r} is not one of {', '.join(CHECK_FINITE)}")
     return value
+
+
+def compute_gae(
+    *,
+    rewards: torch.Tensor,
+    dones: torch.Tensor,
+    values: torch.Tensor,
+    last_values: torch.Tensor,
+    discount_factor: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns and normalised advantages of a ``(steps, envs, 1)`` rollout by generalised advantage estimation.
+
+    ``dones[t]`` cuts the recursion after step ``t`` (its next value is not bootstrapped); ``last_values`` is
+    the value of the observations after the last step. The arithmetic is skrl 2.1.1's ``compute_gae``,
+    operation for operation, so that results are bitwise equal (tests/test_agent.py): the advantage of step
+    ``t`` is ``r_t - V_t + gamma * (1 - done_t) * (V_{t+1} + lambda * A_{t+1})``, the returns are
+    ``A + V``, and the advantages are standardised over the whole rollout.
+    """
+    continues = dones.logical_not()
+    advantages = torch.zeros_like(rewards)
+    advantage = 0
+    for t in reversed(range(rewards.shape[0])):
+        next_values = last_values if t == rewards.shape[0] - 1 else values[t + 1]
+        advantage = rewards[t] - values[t] + discount_factor * continues[t] * (next_values + gae_lambda * advantage)
+        advantages[t] = advantage
+    returns = advantages + values
+    return returns, (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+
+def _split_sizes(samples: int, parts: int) -> list[int]:
+    """Minibatch sizes as skrl's memory splits its permutation (``numpy.array_split``: larger ones first)."""
+    size, larger = divmod(samples, parts)
+    return [size + 1] * larger + [size] * (parts - larger)
 
 
 class EpisodeTracker:
@@ -116,22 +171,30 @@ class NonFiniteGuard:
 
 
 class SFPPPO(PPO):
-    """skrl PPO for single-forward-pass models; see the module docstring for what differs.
+    """skrl PPO for single-forward-pass models, with our own ``update()``; see the module docstring.
 
     :param check_finite: ``"raise"``, ``"skip"`` or ``"off"`` (``True``/``False`` mean raise/off).
+    :param fused_optimizer: fused Adam, with the gradient-norm clip folded into its step.
     """
 
     def __init__(self, *args, check_finite: str | bool = "raise", fused_optimizer: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if fused_optimizer and self.optimizer is not None:
             self._use_fused_adam()
+        if self.cfg.mixed_precision and self._device_type == "cpu":
+            # bf16 has fp32's exponent range: loss scaling by a power of two changes no bit, it only costs an
+            # unscale pass and an inf check (a host read) per minibatch
+            self.scaler = torch.amp.GradScaler(device="cpu", enabled=False)
         self.check_finite = check_finite_mode(check_finite)
         self.shareable_calls = 0
         self.skipped_updates = 0  # rollouts whose update was dropped (check_finite="skip")
         self.last_skip_reason: str | None = None
+        self.last_losses: dict[str, float] = {}
         self._episodes: EpisodeTracker | None = None
         self._guard = NonFiniteGuard(self.device)
-        self.last_losses: dict[str, float] = {}
+        models = {id(m): m for m in (self.policy, self.value) if m is not None}.values()
+        self._caches = [cache for model in models for cache in sfp_modules(model)]
+        self._trained_parameters = list({id(p): p for model in models for p in model.parameters()}.values())
 
     def _use_fused_adam(self) -> None:
         """Replace skrl's Adam by the fused one: the same update rule in one kernel over all parameters.
@@ -148,10 +211,9 @@ class SFPPPO(PPO):
     # -- statistics -------------------------------------------------------------------------------------
     @property
     def sfp_stats(self) -> SFPStats:
-        models = {id(m): m for m in (self.policy, self.value) if m is not None}
         total = SFPStats()
-        for model in models.values():
-            total = total + collect_stats(model)
+        for cache in self._caches:
+            total = total + cache.stats
         return total
 
     @property
@@ -159,13 +221,77 @@ class SFPPPO(PPO):
         """Cache hits per shareable trunk call (1.0: every call that could be served was served)."""
         return self.sfp_stats.hits / self.shareable_calls if self.shareable_calls else 0.0
 
+    @property
+    def episodes(self) -> EpisodeTracker | None:
+        """Running returns and lengths of the episodes in progress (None before the first step)."""
+        return self._episodes
+
+    @episodes.setter
+    def episodes(self, tracker: EpisodeTracker | None) -> None:
+        self._episodes = tracker
+
     def pop_episode_stats(self) -> tuple[float | None, float | None, int]:
         return self._episodes.pop() if self._episodes is not None else (None, None, 0)
+
+    def purge_tensorboard_from(self, step: int) -> None:
+        """Hide the TensorBoard events at steps >= ``step`` written before (a run resumed in its folder from an
+        earlier checkpoint): a SessionLog START at ``step``, what torch's ``SummaryWriter(purge_step=step)``
+        writes; skrl's writer has no such argument, so its private event writer is used, here only."""
+        event_writer = getattr(getattr(self, "writer", None), "_event_file_writer", None)
+        if event_writer is not None:
+            from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+            start = SessionLog(status=SessionLog.START)
+            event_writer.add_event(Event(step=step, wall_time=time.time(), session_log=start))
+
+    def clear_caches(self) -> None:
+        """Drop every cache entry: parameters are about to change, or just did (a fused optimizer step
+        bumps no version counter, so the cache could not see it)."""
+        for cache in self._caches:
+            cache.clear()
+
+    # -- state --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything an update changes or the next iteration reads: models, optimizer, normalisers,
+        GradScaler, LR schedule, the rollout position and the counters (references: copy or save at once)."""
+        modules = {
+            name: module.state_dict()
+            for name, module in self.checkpoint_modules.items()
+            if module is not None and not (name == "value" and self.value is self.policy)  # shared: saved once
+        }
+        return {
+            "modules": modules,
+            "scaler": self.scaler.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+            "counters": {"rollout": self._rollout, "shareable_calls": self.shareable_calls,
+                         "skipped_updates": self.skipped_updates},
+            "sfp_stats": [[c.stats.hits, c.stats.misses, c.stats.bypasses] for c in self._caches],
+        }
+
+    def load_state_dict(self, state: dict[str, Any], *, models_only: bool = False) -> None:
+        """Restore :meth:`state_dict`; ``models_only`` restores what acting needs (models, normalisers)."""
+        for name, module_state in state["modules"].items():
+            if models_only and name == "optimizer":
+                continue
+            self.checkpoint_modules[name].load_state_dict(module_state)
+        self.clear_caches()
+        if models_only:
+            return
+        self.scaler.load_state_dict(state["scaler"])
+        if self.scheduler and state["scheduler"]:
+            self.scheduler.load_state_dict(state["scheduler"])
+        counters = state["counters"]
+        self._rollout = counters["rollout"]
+        self.shareable_calls = counters["shareable_calls"]
+        self.skipped_updates = counters.get("skipped_updates", 0)
+        if len(self._caches) == len(state["sfp_stats"]):
+            for cache, (hits, misses, bypasses) in zip(self._caches, state["sfp_stats"]):
+                cache.stats = SFPStats(hits, misses, bypasses)
 
     # -- skrl hooks ---------------------------------------------------------------------------------------
     def act(self, observations, states, *, timestep: int, timesteps: int):
         if self.training:
-            self.shareable_calls += 1
+            self.shareable_calls += 1  # the value call, on the policy call's inputs
         return super().act(observations, states, timestep=timestep, timesteps=timesteps)
 
     def record_transition(
@@ -218,37 +344,208 @@ class SFPPPO(PPO):
             log_prob=self._current_log_prob,
             values=self._current_values,
         )
+        self._rollout += 1  # steps recorded so far (skrl counts them in post_interaction, which our loop skips)
 
-    def update(self, *, timestep: int, timesteps: int) -> None:
+    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """skrl's hook, for code that drives the agent the skrl way (omni_sfp.loop calls :meth:`update`)."""
+        if self.training and not self._rollout % self.cfg.rollouts:
+            self.update(timestep=timestep, timesteps=timesteps)
+        Agent.post_interaction(self, timestep=timestep, timesteps=timesteps)  # TensorBoard at write_interval
+
+    def update(self, *, timestep: int, timesteps: int) -> dict[str, float]:
+        """One PPO update on the rollout in memory; returns its losses and statistics (empty when skipped).
+
+        Non-finite data (``check_finite``) is checked before (observations, rewards) and after (losses);
+        with ``"skip"`` a non-finite loss rolls the whole update back.
+        """
         if self.check_finite != "off":
             problem = self._pending_problem()
             if problem is not None:
                 if self.check_finite == "raise":
                     raise NonFiniteError(problem)
                 self._skip(problem)
-                return
+                return {}
         snapshot = self._snapshot() if self.check_finite == "skip" else None
-        self.shareable_calls += self.cfg.learning_epochs * self.cfg.mini_batches
-        super().update(timestep=timestep, timesteps=timesteps)
-        self.last_losses = {
-            key.split(" / ")[1]: float(values[-1])
-            for key, values in self.tracking_data.items()
-            if key.startswith("Loss / ") and values
-        }
+        losses = self._ppo_update()
         if self.check_finite != "off":
             problem = None
-            if not all(map(math.isfinite, self.last_losses.values())):
-                losses = ", ".join(f"{name} {value:.4g}" for name, value in self.last_losses.items())
+            if not all(map(math.isfinite, losses.values())):
+                shown = ", ".join(f"{name} {value:.4g}" for name, value in losses.items() if name.endswith("_loss"))
                 problem = (f"non-finite loss in the update after env step {timestep} (iteration "
-                           f"{self._iteration(timestep)}){self._on_rank()}: {losses}")
+                           f"{self._iteration(timestep)}){self._on_rank()}: {shown}")
             problem = distributed.first_report(problem, self.device)  # every rank decides the same
             if problem is not None:
                 if self.check_finite == "raise":
                     raise NonFiniteError(problem)
                 self._restore(snapshot)
                 self._skip(problem)
-                return
+                return {}
+        self.last_losses = losses
+        for tag, key in _TAGS:
+            if key in losses:
+                self.track_data(tag, losses[key])
         self.track_data("Stats / Skipped updates", self.skipped_updates)
+        return losses
+
+    def _ppo_update(self) -> dict[str, float]:
+        """skrl 2.1.1's ``PPO.update`` mathematics (tests/test_agent.py pins it), with less bookkeeping.
+
+        Same as skrl: the value of the last observations, GAE, the value normaliser trained on values then
+        returns, one ``randperm`` per epoch from the same generator (so the same minibatches), epoch 0
+        training the observation normaliser minibatch by minibatch, the same losses, one backward, clip, step,
+        the KL early stop and the KL-adaptive LR once per epoch. Less bookkeeping: each epoch gathers the
+        rollout once and slices contiguous minibatches (skrl gathers 7 tensors per minibatch); observations
+        are normalised once for all epochs after the first; losses stay on the device until the end (one host
+        read per update, plus one per epoch for the LR schedule and one per minibatch only with
+        ``kl_threshold``); with fused Adam the grad-norm clip is the fused step's ``grad_scale``; the caches
+        are cleared at the start, after every optimizer step and at the end.
+        """
+        cfg, autocast = self.cfg, functools.partial(torch.autocast, self._device_type, enabled=self.cfg.mixed_precision)
+        self.clear_caches()
+        self.enable_models_training_mode(True)
+
+        # returns and advantages, once per update
+        with torch.no_grad(), autocast():
+            inputs = {
+                "observations": self._observation_preprocessor(self._current_next_observations),
+                "states": self._state_preprocessor(self._current_next_states),
+            }
+            self.value.enable_training_mode(False)
+            last_values, _ = self.value.act(inputs, role="value")
+            self.value.enable_training_mode(True)
+            last_values = self._value_preprocessor(last_values, inverse=True)
+        memory = self.memory
+        values = memory.get_tensor_by_name("values")
+        returns, advantages = compute_gae(
+            rewards=memory.get_tensor_by_name("rewards"),
+            dones=memory.get_tensor_by_name("terminated") | memory.get_tensor_by_name("truncated")
+            if cfg.time_limit_bootstrap else memory.get_tensor_by_name("terminated"),
+            values=values,
+            last_values=last_values,
+            discount_factor=cfg.discount_factor,
+            gae_lambda=cfg.gae_lambda,
+        )
+        values = self._value_preprocessor(values, train=True)
+        returns = self._value_preprocessor(returns, train=True)
+
+        # the rollout as flat (samples, ...) tensors; the four per-sample scalars packed as rows
+        observations = memory.get_tensor_by_name("observations").flatten(0, 1)
+        states = memory.get_tensor_by_name("states").flatten(0, 1) if "states" in memory.tensors else None
+        actions = memory.get_tensor_by_name("actions").flatten(0, 1)
+        scalars = torch.stack([memory.get_tensor_by_name("log_prob").flatten(), values.flatten(),
+                               returns.flatten(), advantages.flatten()])
+        samples = scalars.shape[1]
+        sizes = _split_sizes(samples, cfg.mini_batches)
+        normalised: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # policy, value, entropy loss
+        kl_sum = torch.zeros((), device=self.device)
+        steps = 0
+        for epoch in range(cfg.learning_epochs):
+            order = torch.randperm(samples, dtype=torch.long).to(self.device, non_blocking=True)  # skrl's draw
+            if epoch == 0:  # epoch 0 trains the normalisers minibatch by minibatch, as skrl's does
+                epoch_observations, epoch_states = observations[order], states[order] if states is not None else None
+            else:
+                if normalised is None:  # the statistics are final now: normalise every sample once
+                    with autocast():
+                        normalised = (self._observation_preprocessor(observations), self._state_preprocessor(states))
+                epoch_observations = normalised[0][order]
+                epoch_states = normalised[1][order] if states is not None else None
+            epoch_actions, epoch_scalars = actions[order], scalars[:, order]
+            kls = []
+            start = 0
+            for size in sizes:
+                batch = slice(start, start + size)
+                start += size
+                old_log_prob, old_values, batch_returns, batch_advantages = (
+                    row[batch].unsqueeze(-1) for row in epoch_scalars)
+                with autocast():
+                    if epoch == 0:
+                        inputs = {
+                            "observations": self._observation_preprocessor(epoch_observations[batch], train=True),
+                            "states": self._state_preprocessor(
+                                epoch_states[batch] if epoch_states is not None else None, train=True),
+                        }
+                    else:
+                        inputs = {"observations": epoch_observations[batch],
+                                  "states": epoch_states[batch] if epoch_states is not None else None}
+                    _, outputs = self.policy.act({**inputs, "taken_actions": epoch_actions[batch]}, role="policy")
+                    log_prob = outputs["log_prob"]
+                    with torch.no_grad():  # approximate KL divergence
+                        ratio = log_prob - old_log_prob
+                        kl = ((torch.exp(ratio) - 1) - ratio).mean()
+                        kls.append(kl)
+                    if cfg.kl_threshold and kl > cfg.kl_threshold:  # early stop: a host read, only when enabled
+                        break
+                    if cfg.entropy_loss_scale:
+                        entropy_loss = -cfg.entropy_loss_scale * self.policy.get_entropy(role="policy").mean()
+                    else:
+                        entropy_loss = 0
+                    ratio = torch.exp(log_prob - old_log_prob)
+                    surrogate = batch_advantages * ratio
+                    surrogate_clipped = batch_advantages * torch.clip(ratio, 1.0 - cfg.ratio_clip, 1.0 + cfg.ratio_clip)
+                    policy_loss = -torch.min(surrogate, surrogate_clipped).mean()
+
+                    predicted_values, _ = self.value.act(inputs, role="value")
+                    self.shareable_calls += 1  # counted as it happens: an early stop above makes none
+                    if cfg.value_clip > 0:
+                        predicted_values = old_values + torch.clip(predicted_values - old_values,
+                                                                   min=-cfg.value_clip, max=cfg.value_clip)
+                    value_loss = cfg.value_loss_scale * F.mse_loss(batch_returns, predicted_values)
+
+                self.optimizer.zero_grad()
+                self.scaler.scale(policy_loss + entropy_loss + value_loss).backward()
+                if skrl_config.torch.is_distributed:
+                    self.policy.reduce_parameters()
+                    if self.policy is not self.value:
+                        self.value.reduce_parameters()
+                self._clip_and_step()
+                self.clear_caches()
+                entropy = entropy_loss.detach() if torch.is_tensor(entropy_loss) else torch.zeros((), device=self.device)
+                totals += torch.stack([policy_loss.detach(), value_loss.detach(), entropy]).double()
+                kl_sum += kl
+                steps += 1
+
+            if self.scheduler:  # once per epoch, as skrl's
+                if isinstance(self.scheduler, KLAdaptiveLR):
+                    kl = torch.stack(kls).mean()
+                    if skrl_config.torch.is_distributed:
+                        torch.distributed.all_reduce(kl, op=torch.distributed.ReduceOp.SUM)
+                        kl /= skrl_config.torch.world_size
+                    self.scheduler.step(kl.item())
+                else:
+                    self.scheduler.step()
+
+        self.enable_models_training_mode(False)
+        self.clear_caches()
+        std = self.policy.distribution(role="policy").stddev.mean()
+        policy_loss, value_loss, entropy_loss, kl, std = torch.cat(
+            [totals / max(steps, 1), (kl_sum / max(steps, 1)).double().reshape(1), std.double().reshape(1)]).tolist()
+        losses = {"policy_loss": policy_loss, "value_loss": value_loss}
+        if cfg.entropy_loss_scale:
+            losses["entropy_loss"] = entropy_loss
+        losses.update(kl=kl, std=std, learning_rate=self.optimizer.param_groups[0]["lr"], minibatches=steps)
+        return losses
+
+    def _clip_and_step(self) -> None:
+        """Clip the gradient norm and step. Fused Adam without a GradScaler takes the clip as its
+        ``grad_scale`` (it divides each gradient in the same kernel that applies it): no separate pass over
+        the gradients. Otherwise torch's own ``clip_grad_norm_``, after the GradScaler's unscale."""
+        clip = self.cfg.grad_norm_clip
+        if clip > 0 and not self.scaler.is_enabled() and self.optimizer.defaults.get("fused"):
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self._trained_parameters if p.grad is not None])
+            # clip_grad_norm_ multiplies by min(clip / (norm + 1e-6), 1); the fused step divides by its inverse
+            self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / clip, min=1.0)
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.grad_scale
+            return
+        if clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self._trained_parameters, clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
 
     # -- non-finite data ------------------------------------------------------------------------------------
     def raise_pending_nonfinite(self, cause: BaseException | None = None) -> None:
@@ -300,6 +597,7 @@ class SFPPPO(PPO):
     def _restore(self, snapshot: dict[str, Any]) -> None:
         for name, state in snapshot["modules"].items():
             self.checkpoint_modules[name].load_state_dict(state)
+        self.clear_caches()
         self.scaler.load_state_dict(snapshot["scaler"])
         if self.scheduler:
             self.scheduler.load_state_dict(snapshot["scheduler"])

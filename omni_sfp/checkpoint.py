@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-FORMAT = "omni_sfp.checkpoint/1"
-REQUIRED_KEYS = ("modules", "iteration", "timestep", "local", "config")
+FORMAT = "omni_sfp.checkpoint/2"  # 2: the agent saves itself under "agent" (SFPPPO.state_dict)
+REQUIRED_KEYS = ("agent", "iteration", "timestep", "local", "config")
 
 
 class CheckpointError(ValueError):

@@ -1,4 +1,4 @@
-"""From a validated config to a finished run: task -> env -> model (cache) -> skrl PPO -> trainer -> run folder.
+"""From a validated config to a finished run: task -> env -> model (cache) -> SFPPPO -> loop.Learner -> run folder.
 
 The run folder ``runs/<task>/<timestamp>_<experiment>/`` alone reproduces a run: ``config.yaml`` (the
 resolved config), TensorBoard scalars, ``progress.jsonl`` (one line per iteration), ``checkpoints/``
@@ -19,7 +19,6 @@ import copy
 import datetime
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -30,13 +29,12 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 from skrl.resources.schedulers.torch import KLAdaptiveLR
-from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
 
 from omni_sfp import checkpoint as ckpt
 from omni_sfp import distributed
 from omni_sfp.agent import SFPPPO, EpisodeTracker
-from omni_sfp.cache import SFPStats, sfp_modules
 from omni_sfp.config import ConfigError, max_iterations, num_envs
+from omni_sfp.loop import Learner, Progress, SFPTrainer, StopRequested  # noqa: F401 (SFPTrainer: the bench's name)
 from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 from omni_sfp.registry import make_env
 
@@ -80,7 +78,7 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     m = cfg.train.models
     units = list(m.units)
     if m.separate:
-        kwargs = dict(units=units, activation=m.activation)
+        kwargs = {"units": units, "activation": m.activation}
         policy = GaussianActor(env.observation_space, env.action_space, device, initial_log_std=m.initial_log_std, **kwargs)
         value = ValueCritic(env.observation_space, env.action_space, device, **kwargs)
         if m.compile:
@@ -143,7 +141,7 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
 
     p = cfg.train.ppo
     memory = RandomMemory(memory_size=p.rollouts, num_envs=env.num_envs, device=device)
-    return SFPPPO(
+    agent = SFPPPO(
         models=models,
         memory=memory,
         observation_space=env.observation_space,
@@ -153,21 +151,8 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
         check_finite=cfg.train.check_finite,
         fused_optimizer=p.fused_optimizer,
     )
-
-
-@dataclass
-class Progress:
-    """One iteration (rollout + update) as it goes to TensorBoard, progress.jsonl and the panel."""
-
-    iteration: int
-    timestep: int  # env steps per env so far
-    sps: float  # env steps (all envs, all processes) per second over the last iteration
-    mean_return: float | None  # mean return of the episodes that finished in this iteration
-    mean_length: float | None
-    sfp_hit_rate: float  # cache hits per shareable trunk call so far
-    rollout_s: float
-    update_s: float
-    skipped_updates: int = 0  # updates dropped so far because of non-finite data (train.check_finite=skip)
+    agent.init()  # memory tensors; the TensorBoard writer when there is a run folder
+    return agent
 
 
 @dataclass
@@ -188,118 +173,71 @@ class Summary:
         return f"Training time: {self.training_time_s:.1f} s | SPS: {self.sps:.0f} | SFP cache hits: {hits}"
 
 
-class StopRequested:
-    """SIGINT/SIGTERM handler: the first signal stops at the next iteration boundary (a checkpoint is
-    written there), a second one interrupts at once (``KeyboardInterrupt``, no checkpoint)."""
+class ProgressOutput:
+    """Where each iteration's progress goes on rank 0: ``progress.jsonl`` (and ``progress_file``),
+    TensorBoard, and the console: a tqdm bar with ETA on a terminal, else (a log file, CI) one compact line
+    every ``every`` iterations and at the last one."""
 
-    def __init__(self) -> None:
-        self.requested = False
-        self.signal: int | None = None  # the first signal received
-        self._previous: dict[int, Any] = {}
+    def __init__(self, paths: list[Path], agent: SFPPPO, *, iterations: int, start_iteration: int, console: str,
+                 cache_in_use: bool, every: int | None = None) -> None:
+        self.files = []
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.files.append(open(path, "a"))  # noqa: SIM115 (open for the whole run; close() closes it)
+        self.agent, self.cache_in_use = agent, cache_in_use
+        self.iterations, self.start_iteration = iterations, start_iteration
+        self.every = every or max(1, iterations // 10)
+        self.skipped = agent.skipped_updates
+        self.start = time.perf_counter()
+        self.bar = None
+        if console == "bar":
+            import tqdm
 
-    def __enter__(self) -> StopRequested:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
+            self.bar = tqdm.tqdm(total=iterations, initial=start_iteration, unit="it", file=sys.stdout,
+                                 mininterval=1.0, dynamic_ncols=True)
 
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+    def write(self, progress: Progress, losses: dict[str, float]) -> None:
+        agent = self.agent
+        if progress.skipped_updates > self.skipped:
+            print(f"[omni_sfp] iteration {progress.iteration}: update skipped ({progress.skipped_updates} so far): "
+                  f"{agent.last_skip_reason}", file=sys.stderr, flush=True)
+        self.skipped = progress.skipped_updates
+        line = json.dumps(progress.__dict__)
+        for file in self.files:
+            file.write(line + "\n")
+            file.flush()
 
-    @property
-    def signal_name(self) -> str | None:
-        return signal.Signals(self.signal).name if self.signal is not None else None
+        if progress.mean_return is not None:  # the update's losses are tracked already, under skrl's tags
+            agent.track_data("Reward / Episode return (mean)", progress.mean_return)
+            agent.track_data("Episode / Length (mean)", progress.mean_length)
+        agent.track_data("SFP / Cache hit rate (shareable calls)", progress.sfp_hit_rate)
+        agent.track_data("Stats / SPS", progress.sps)
+        agent.track_data("Stats / Rollout time (s)", progress.rollout_s)
+        agent.track_data("Stats / Update time (s)", progress.update_s)
+        if getattr(agent, "writer", None) is not None:
+            agent.write_tracking_data(timestep=progress.timestep, timesteps=self.iterations * agent.cfg.rollouts)
+        agent.tracking_data.clear()
 
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.signal = signum
-        print(f"\n[omni_sfp] {signal.Signals(signum).name}: stopping after this iteration and saving a checkpoint "
-              "(send it again to stop at once, without a checkpoint)", file=sys.stderr, flush=True)
+        shown = "-" if progress.mean_return is None else f"{progress.mean_return:.1f}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"return {shown} | SPS {progress.sps:.0f}", refresh=False)
+            self.bar.update(1)
+        elif not progress.iteration % self.every or progress.iteration == self.iterations:
+            done = progress.iteration - self.start_iteration
+            eta = (time.perf_counter() - self.start) / done * (self.iterations - progress.iteration)
+            hits = f"{100 * progress.sfp_hit_rate:.1f}%" if self.cache_in_use else "off"
+            print(f"[omni_sfp] iteration {progress.iteration}/{self.iterations} | env steps "
+                  f"{progress.timestep * agent.memory.num_envs * distributed.world_size()} | SPS {progress.sps:.0f} | return {shown} | "
+                  f"cache hits {hits} | ETA {eta:.0f} s", flush=True)
 
-
-class SFPTrainer(SequentialTrainer):
-    """skrl's sequential trainer with what a resumable, observable run needs: it starts at any timestep
-    with given observations, times rollout and update separately, calls back once per iteration, and
-    stops cleanly at an iteration boundary when asked (on every rank together in a multi-process run)."""
-
-    def __init__(self, *, env, agent: SFPPPO, timesteps: int, on_iteration: Callable[[Progress], None],
-                 stop: StopRequested, disable_progressbar: bool | None = None) -> None:
-        super().__init__(
-            env=env,
-            agents=agent,
-            cfg=SequentialTrainerCfg(timesteps=timesteps, headless=True, disable_progressbar=disable_progressbar,
-                                     close_environment_at_exit=False),
-        )
-        self.on_iteration = on_iteration
-        self.stop = stop
-        self.start_timestep = 0
-        self.observations: torch.Tensor | None = None
-        self.states: torch.Tensor | None = None
-
-    def train(self) -> None:
-        import tqdm
-
-        agent: SFPPPO = self.agents
-        agent.enable_training_mode(True)
-        if self.observations is None:
-            self.observations, _ = self.env.reset()
-            self.states = self.env.state()
-        rollouts, total = agent.cfg.rollouts, self.cfg.timesteps
-        sync = torch.cuda.synchronize if agent.device.type == "cuda" else (lambda: None)
-        rollout_s, iteration_start = 0.0, time.perf_counter()
-        for timestep in tqdm.tqdm(range(self.start_timestep, total), initial=self.start_timestep, total=total,
-                                  disable=self.cfg.disable_progressbar, file=sys.stdout, unit="step", mininterval=1.0):
-            step_start = time.perf_counter()
-            with torch.no_grad():
-                actions, _ = agent.act(self.observations, self.states, timestep=timestep, timesteps=total)
-                try:
-                    next_observations, rewards, terminated, truncated, infos = self.env.step(actions)
-                except ValueError as error:  # e.g. the task refuses the NaN actions that a NaN observation made:
-                    agent.raise_pending_nonfinite(cause=error)  # report the observation, where it started
-                    raise
-                next_states = self.env.state()
-                agent.record_transition(
-                    observations=self.observations, states=self.states, actions=actions, rewards=rewards,
-                    next_observations=next_observations, next_states=next_states, terminated=terminated,
-                    truncated=truncated, infos=infos, timestep=timestep, timesteps=total,
-                )
-            self.observations, self.states = next_observations, next_states
-            if (timestep + 1) % rollouts:
-                rollout_s += time.perf_counter() - step_start
-                agent.post_interaction(timestep=timestep, timesteps=total)
-                continue
-            sync()
-            update_start = time.perf_counter()
-            rollout_s += update_start - step_start
-            mean_return, mean_length, _ = agent.pop_episode_stats()
-            if mean_return is not None:
-                agent.track_data("Reward / Episode return (mean)", mean_return)
-                agent.track_data("Episode / Length (mean)", mean_length)
-            agent.track_data("SFP / Cache hit rate (shareable calls)", agent.sfp_share_rate)
-            agent.post_interaction(timestep=timestep, timesteps=total)  # the update, then TensorBoard
-            if agent.write_interval <= 0:
-                agent.tracking_data.clear()  # nobody writes it out: do not let it grow for the whole run
-            sync()
-            now = time.perf_counter()
-            progress = Progress(
-                iteration=(timestep + 1) // rollouts,
-                timestep=timestep + 1,
-                sps=rollouts * self.env.num_envs * distributed.world_size() / (now - iteration_start),  # all processes
-                mean_return=mean_return,
-                mean_length=mean_length,
-                sfp_hit_rate=agent.sfp_share_rate,
-                rollout_s=rollout_s,
-                update_s=now - update_start,
-                skipped_updates=agent.skipped_updates,
-            )
-            rollout_s, iteration_start = 0.0, now
-            self.stop.requested = distributed.any_rank(self.stop.requested, agent.device)  # stop together
-            self.on_iteration(progress)
-            if self.stop.requested:
-                break
-
+    def close(self) -> None:
+        for file in self.files:
+            file.close()
+        if self.bar is not None:
+            self.bar.close()
+        writer = getattr(self.agent, "writer", None)
+        if writer is not None:
+            writer.flush()
 
 class Runner:
     """Builds everything from a validated config; ``train()`` and ``test()`` run it.
@@ -326,11 +264,13 @@ class Runner:
         self.env = make_env(cfg.task.name, num_envs=num_envs(cfg), device=self.device, seed=cfg.seed + self.rank,
                             headless=cfg.headless, task_cfg=task_cfg)
         self.models = build_models(cfg, self.env, self.device)
-        self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)  # SFPTrainer calls init()
+        self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)
+        self.learner = Learner(self.env, self.agent, iterations=max_iterations(cfg), log=self._log,
+                               checkpoint=self._checkpoint)
         self.disable_progressbar = disable_progressbar
         self.history: list[Progress] = []
         self.best_return = float("-inf")
-        self.iteration = 0
+        self._output: ProgressOutput | None = None
         self._best_state: dict[str, Any] | None = None  # in memory until the next checkpoint writes best.pt
         self._last_checkpoint: Path | None = None
 
@@ -390,72 +330,44 @@ class Runner:
                 "larger max_iterations to continue training it"
             )
 
-    def _local_state(self, trainer: SFPTrainer) -> dict[str, Any]:
+    def _local_state(self) -> dict[str, Any]:
         """What differs between the ranks of a multi-process run: environments, observations, RNG states."""
-        agent, task = self.agent, self.task
+        agent, task, learner = self.agent, self.task, self.learner
         return {
-            "observations": trainer.observations,
-            "states": trainer.states,
+            "observations": learner.observations,
+            "states": learner.states,
             "task": task.state_dict() if hasattr(task, "state_dict") else None,
-            "episodes": agent._episodes.state_dict() if agent._episodes else None,
+            "episodes": agent.episodes.state_dict() if agent.episodes else None,
             "rng": ckpt.rng_state(),
         }
 
-    def state_dict(self, trainer: SFPTrainer) -> dict[str, Any] | None:
+    def state_dict(self) -> dict[str, Any] | None:
         """The checkpoint payload (references to live tensors: save or copy it at once). In a multi-process
         run every rank must call it (the ranks' local states are gathered); ranks > 0 get None."""
-        local = distributed.gather_to_main(self._local_state(trainer))
+        local = distributed.gather_to_main(self._local_state())
         if local is None:
             return None
-        agent = self.agent
-        modules = {
-            name: module.state_dict()
-            for name, module in agent.checkpoint_modules.items()
-            if module is not None and not (name == "value" and agent.value is agent.policy)  # shared: saved once
-        }
-        caches = [m for model in {id(m): m for m in (agent.policy, agent.value)}.values() for m in sfp_modules(model)]
         return {
-            "modules": modules,
-            "scaler": agent.scaler.state_dict(),
-            "scheduler": agent.scheduler.state_dict() if agent.scheduler else None,
-            "agent": {"rollout": agent._rollout, "shareable_calls": agent.shareable_calls,
-                      "skipped_updates": agent.skipped_updates},
-            "sfp_stats": [[m.stats.hits, m.stats.misses, m.stats.bypasses] for m in caches],
-            "timestep": self.iteration * agent.cfg.rollouts,
-            "iteration": self.iteration,
+            "agent": self.agent.state_dict(),
+            "timestep": self.learner.timestep,
+            "iteration": self.learner.iteration,
             "best_return": self.best_return,
             "local": local,  # one entry per rank
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
 
-    def load_state_dict(self, state: dict[str, Any], trainer: SFPTrainer | None, *, source: Path) -> None:
-        """Restore a checkpoint: the models alone (``trainer=None``, for playing) or everything."""
-        agent = self.agent
+    def load_state_dict(self, state: dict[str, Any], *, source: Path, models_only: bool = False) -> None:
+        """Restore a checkpoint: the models alone (``models_only``, for playing) or everything."""
         try:
-            for name, module_state in state["modules"].items():
-                if trainer is None and name not in ("policy", "value", "observation_preprocessor", "state_preprocessor",
-                                                    "value_preprocessor"):
-                    continue  # playing needs no optimizer
-                agent.checkpoint_modules[name].load_state_dict(module_state)
+            self.agent.load_state_dict(state["agent"], models_only=models_only)
         except (KeyError, RuntimeError, ValueError, AttributeError) as error:
             raise ckpt.CheckpointError(
                 f"checkpoint {source}: does not fit this model/task ({' '.join(str(error).split())[:200]})"
             ) from None
-        if trainer is None:
+        if models_only:
             return
-        agent.scaler.load_state_dict(state["scaler"])
-        if agent.scheduler and state["scheduler"]:
-            agent.scheduler.load_state_dict(state["scheduler"])
-        agent._rollout = state["agent"]["rollout"]
-        agent.shareable_calls = state["agent"]["shareable_calls"]
-        agent.skipped_updates = state["agent"].get("skipped_updates", 0)
-        caches = [m for model in {id(m): m for m in (agent.policy, agent.value)}.values() for m in sfp_modules(model)]
-        if len(caches) == len(state["sfp_stats"]):
-            for cache, (hits, misses, bypasses) in zip(caches, state["sfp_stats"]):
-                cache.stats = SFPStats(hits, misses, bypasses)
-        self.iteration = state["iteration"]
+        self.learner.iteration = state["iteration"]
         self.best_return = state["best_return"]
-        trainer.start_timestep = state["timestep"]
         local = state["local"]
         if len(local) != self.world_size:
             # another number of processes: models, optimizer and counters continue; environments start afresh
@@ -468,21 +380,21 @@ class Runner:
                                        f"process, this run has {self.env.num_envs}")
         if mine["task"] is not None and hasattr(self.task, "load_state_dict"):
             self.task.load_state_dict(mine["task"])
-            trainer.observations, trainer.states = mine["observations"], mine["states"]
+            self.learner.observations, self.learner.states = mine["observations"], mine["states"]
             if mine["episodes"] is not None:  # the running returns of the episodes in progress
-                agent._episodes = EpisodeTracker(self.env.num_envs, self.device)
-                agent._episodes.load_state_dict(mine["episodes"])
+                self.agent.episodes = EpisodeTracker(self.env.num_envs, self.device)
+                self.agent.episodes.load_state_dict(mine["episodes"])
         # else (simulator and Gymnasium tasks keep their state outside): the environments start afresh with a
         # reset; the saved observations and running returns belong to the old environment state
         ckpt.set_rng_state(mine["rng"])
 
-    def _save(self, trainer: SFPTrainer) -> Path | None:
+    def _save(self) -> Path | None:
         """Write ``iter_<n>.pt``, ``last.pt`` and a pending ``best.pt`` (rank 0; every rank must call it)."""
-        state = self.state_dict(trainer)
+        state = self.state_dict()
         if state is None:
             return None
         folder = self.run_dir / "checkpoints"
-        path = ckpt.save_atomic(state, folder / f"iter_{self.iteration}.pt")
+        path = ckpt.save_atomic(state, folder / f"iter_{self.learner.iteration}.pt")
         ckpt.save_atomic(state, folder / "last.pt")
         if self._best_state is not None:
             ckpt.save_atomic(self._best_state, folder / "best.pt")
@@ -494,59 +406,54 @@ class Runner:
         self._last_checkpoint = path
         return path
 
+    # -- the loop's two callbacks: log, checkpoint ------------------------------------------------------------
+    def _log(self, progress: Progress, losses: dict[str, float]) -> None:
+        self.history.append(progress)
+        if self._output is not None:
+            self._output.write(progress, losses)
+        else:
+            self.agent.tracking_data.clear()  # nobody writes it out: do not let it grow for the whole run
+
+    def _checkpoint(self, progress: Progress, final: bool) -> None:
+        if progress.mean_return is not None and progress.mean_return > self.best_return:
+            self.best_return = progress.mean_return
+            best = self.state_dict()  # collective in a multi-process run: every rank improves together
+            self._best_state = copy.deepcopy(best) if best is not None else None
+        interval = self.cfg.train.checkpoint_interval
+        if final or (interval and not progress.iteration % interval):
+            self._save()
+
     # -- train / test -------------------------------------------------------------------------------------------
+    @property
+    def iteration(self) -> int:
+        return self.learner.iteration
+
     def train(self) -> Summary:
         cfg = self.cfg
-        timesteps = max_iterations(cfg) * cfg.train.ppo.rollouts
         main = self.run_dir is not None
         with StopRequested() as stop:
-            trainer = SFPTrainer(env=self.env, agent=self.agent, timesteps=timesteps, stop=stop,
-                                 on_iteration=lambda p: None, disable_progressbar=self.disable_progressbar)
+            self.learner.stop = stop
             if self._resume_state is not None:
-                self.load_state_dict(self._resume_state, trainer, source=self.resume_from)
+                self.load_state_dict(self._resume_state, source=self.resume_from)
                 self._resume_state = None
                 if main and cfg.resume:
-                    self._forget_after(self.iteration)
-            progress_files = []
+                    self._forget_after(self.learner.iteration)
             if main:
-                progress_files.append(open(self.run_dir / "progress.jsonl", "a"))
-                if cfg.progress_file:
-                    Path(cfg.progress_file).parent.mkdir(parents=True, exist_ok=True)
-                    progress_files.append(open(cfg.progress_file, "a"))
-
-            skipped = [self.agent.skipped_updates]
-
-            def on_iteration(progress: Progress) -> None:
-                if progress.skipped_updates > skipped[0] and main:
-                    print(f"[omni_sfp] iteration {progress.iteration}: update skipped ({progress.skipped_updates} so "
-                          f"far): {self.agent.last_skip_reason}", file=sys.stderr, flush=True)
-                skipped[0] = progress.skipped_updates
-                self.iteration = progress.iteration
-                self.history.append(progress)
-                line = json.dumps(progress.__dict__)
-                for file in progress_files:
-                    file.write(line + "\n")
-                    file.flush()
-                if progress.mean_return is not None and progress.mean_return > self.best_return:
-                    self.best_return = progress.mean_return
-                    best = self.state_dict(trainer)  # collective in a multi-process run: every rank improves together
-                    self._best_state = copy.deepcopy(best) if best is not None else None
-                interval = cfg.train.checkpoint_interval
-                if stop.requested or progress.timestep >= timesteps or (interval and not self.iteration % interval):
-                    self._save(trainer)
-
-            trainer.on_iteration = on_iteration
+                self._output = ProgressOutput(
+                    [self.run_dir / "progress.jsonl", *([Path(cfg.progress_file)] if cfg.progress_file else [])],
+                    self.agent, iterations=self.learner.iterations, start_iteration=self.learner.iteration,
+                    console="bar" if sys.stdout.isatty() and not self.disable_progressbar else "lines",
+                    cache_in_use=self._cache_in_use,
+                )
             start = time.perf_counter()
             try:
-                trainer.train()
+                self.learner.learn()
             finally:
-                for file in progress_files:
-                    file.close()
-                writer = getattr(self.agent, "writer", None)
-                if writer is not None:
-                    writer.flush()
+                if self._output is not None:
+                    self._output.close()
             elapsed = time.perf_counter() - start
-        steps_done = (self.iteration * cfg.train.ppo.rollouts - trainer.start_timestep) * self.env.num_envs
+        learner = self.learner
+        steps_done = (learner.iteration - learner.start_iteration) * cfg.train.ppo.rollouts * self.env.num_envs
         steps_done *= self.world_size
         interrupted = stop.signal_name
         # an interrupted run skips the evaluation episodes: whoever sent the signal wants the process gone
@@ -558,7 +465,7 @@ class Runner:
             sfp_hit_rate=self.agent.sfp_share_rate if self._cache_in_use else None,
             final_return=final_return,
             optimal_return=task.optimal_return() if hasattr(task, "optimal_return") else None,
-            iterations=self.iteration,
+            iterations=learner.iteration,
             run_dir=self.run_dir,
             history=self.history,
             interrupted=interrupted,
@@ -583,15 +490,7 @@ class Runner:
             tmp = progress.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(line + "\n" for line in kept))
             os.replace(tmp, progress)
-        event_writer = getattr(getattr(self.agent, "writer", None), "_event_file_writer", None)
-        if event_writer is not None:
-            # TensorBoard's purge: a SessionLog START at step s hides earlier files' events at steps >= s
-            # (what torch's SummaryWriter(purge_step=s) writes; skrl's writer has no such argument)
-            from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-
-            step = iteration * self.cfg.train.ppo.rollouts + 1
-            start = SessionLog(status=SessionLog.START)
-            event_writer.add_event(Event(step=step, wall_time=time.time(), session_log=start))
+        self.agent.purge_tensorboard_from(iteration * self.cfg.train.ppo.rollouts + 1)
 
     @property
     def _cache_in_use(self) -> bool:
@@ -616,7 +515,7 @@ class Runner:
         return total_return / finished if finished else None
 
     def test(self) -> float | None:
-        self.load_state_dict(self._resume_state, None, source=self.resume_from)
+        self.load_state_dict(self._resume_state, source=self.resume_from, models_only=True)
         return self.evaluate(self.cfg.test_episodes)
 
     def _plot(self, summary: Summary) -> None:

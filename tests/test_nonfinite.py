@@ -1,7 +1,7 @@
 """Non-finite observations, rewards and losses: caught at the env step and env index where they appear.
 
 A Cartpole that injects one NaN at a chosen env step and env index drives the real training loop
-(SFPTrainer + SFPPPO, built as the runner builds them); ``train.check_finite`` decides what happens.
+(omni_sfp.loop.Learner + SFPPPO, built as the runner builds them); ``train.check_finite`` decides what happens.
 """
 
 import math
@@ -12,7 +12,8 @@ import torch
 from omni_sfp.agent import NonFiniteError
 from omni_sfp.config import load_config
 from omni_sfp.envs.embedded import EmbeddedEnvWrapper
-from omni_sfp.runner import SFPTrainer, StopRequested, build_agent, build_models
+from omni_sfp.loop import Learner
+from omni_sfp.runner import build_agent, build_models
 from omni_sfp.tasks.cartpole import Cartpole
 from omni_sfp.train import main
 
@@ -57,9 +58,8 @@ def make(check_finite: str, iterations: int, *, validate_actions: bool = True, *
     models = build_models(cfg, env, torch.device("cpu"))
     agent = build_agent(cfg, env, models, torch.device("cpu"), run_dir=None)
     history = []
-    trainer = SFPTrainer(env=env, agent=agent, timesteps=iterations * ROLLOUTS, on_iteration=history.append,
-                         stop=StopRequested(), disable_progressbar=True)
-    return agent, trainer, history
+    learner = Learner(env, agent, iterations=iterations, log=lambda progress, losses: history.append(progress))
+    return agent, learner, history
 
 
 def parameters(agent):
@@ -70,10 +70,10 @@ def parameters(agent):
                                                         ("observations", True)])
 def test_raise_names_the_env_step_env_index_and_quantity_and_leaves_the_model_untouched(quantity, validate_actions):
     step, env = 13, 5  # iteration 2, step 6 of 8 in its rollout
-    agent, trainer, history = make("raise", 3, validate_actions=validate_actions, at_step=step, env=env,
+    agent, learner, history = make("raise", 3, validate_actions=validate_actions, at_step=step, env=env,
                                    quantity=quantity)
     with pytest.raises(NonFiniteError) as error:
-        trainer.train()
+        learner.learn()
     message = str(error.value)
     where = f"at env step {step} (iteration 2, step 6 of 8 in the rollout), env index {env}"
     assert f"non-finite {quantity} {where}" in message
@@ -86,7 +86,7 @@ def test_raise_names_the_env_step_env_index_and_quantity_and_leaves_the_model_un
 
 
 def test_skip_drops_that_rollouts_update_counts_it_and_training_goes_on():
-    agent, trainer, history = make("skip", 4, at_step=13, env=5, quantity="rewards")
+    agent, learner, history = make("skip", 4, at_step=13, env=5, quantity="rewards")
     before = {}
     update = agent.update
 
@@ -95,7 +95,7 @@ def test_skip_drops_that_rollouts_update_counts_it_and_training_goes_on():
         update(timestep=timestep, timesteps=timesteps)
 
     agent.update = recording_update
-    trainer.train()
+    learner.learn()
     assert [p.skipped_updates for p in history] == [0, 1, 1, 1]
     assert "non-finite rewards at env step 13" in agent.last_skip_reason
     after_skip = before[3]  # the parameters when iteration 3's update starts: iteration 2's update was dropped
@@ -106,7 +106,7 @@ def test_skip_drops_that_rollouts_update_counts_it_and_training_goes_on():
 
 @pytest.mark.parametrize("check_finite", ["raise", "skip"])
 def test_a_non_finite_loss_raises_or_rolls_the_whole_update_back(check_finite):
-    agent, trainer, history = make(check_finite, 3, at_step=-1, env=0, quantity="rewards")  # data stay finite
+    agent, learner, history = make(check_finite, 3, at_step=-1, env=0, quantity="rewards")  # data stay finite
     update = agent.update
     snapshots = {}
 
@@ -126,9 +126,9 @@ def test_a_non_finite_loss_raises_or_rolls_the_whole_update_back(check_finite):
     agent.update = poisoned_update
     if check_finite == "raise":
         with pytest.raises(NonFiniteError, match=r"non-finite loss in the update after env step 15 \(iteration 2\)"):
-            trainer.train()
+            learner.learn()
         return
-    trainer.train()
+    learner.learn()
     assert agent.skipped_updates == 1 and "non-finite loss" in agent.last_skip_reason
     state, lr = snapshots[2]
     state_after, lr_after = snapshots[(2, "after")]
@@ -138,8 +138,8 @@ def test_a_non_finite_loss_raises_or_rolls_the_whole_update_back(check_finite):
 
 
 def test_off_checks_nothing():
-    agent, trainer, history = make("off", 2, at_step=13, env=5, quantity="rewards")
-    trainer.train()
+    agent, learner, history = make("off", 2, at_step=13, env=5, quantity="rewards")
+    learner.learn()
     assert len(history) == 2 and agent.skipped_updates == 0
 
 
