@@ -43,6 +43,12 @@ def load_config(overrides: list[str]) -> DictConfig:
             cfg = compose(config_name="config", overrides=route_task(overrides))
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_one_line(error)) from None
+    from omni_sfp import upstream  # a simulator task's own tuned settings; the command line's keys still win
+
+    try:
+        upstream.apply(cfg, overrides)
+    except (ValueError, RuntimeError, OmegaConfBaseException) as error:
+        raise ConfigError(_one_line(error)) from None
     validate(cfg)
     return cfg
 

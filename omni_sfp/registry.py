@@ -2,17 +2,23 @@
 
 A task is a :class:`TaskSpec` whose entry point is a ``"module:attr"`` string, imported (with importlib)
 only when :func:`make_env` builds it, so listing tasks, e.g. for the panel's dropdown, imports neither torch
-nor a simulator. The embedded tasks are registered below; the OmniIsaacGymEnvs and Isaac Lab adapters call
-:func:`register_task` for theirs; ``"gym:<Id>"`` resolves any Gymnasium id without registration.
+nor a simulator. The embedded tasks are registered below; ``"gym:<Id>"`` resolves any Gymnasium id without
+registration.
+
+This module imports no adapter. Simulator adapters plug in through the ``omni_sfp.task_sources`` entry
+point group (pyproject.toml): each entry point names a function that calls :func:`register_task` and/or
+:func:`register_resolver`. They are loaded once, lazily, on the first lookup or listing, so the adapter
+modules may import this one at module level without a cycle.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.metadata
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +28,7 @@ if TYPE_CHECKING:
 
 KINDS = ("embedded", "oige", "isaaclab", "gymnasium")
 GYM_PREFIX = "gym:"
-ISAACLAB_PREFIX = "Isaac-"
+SOURCES_GROUP = "omni_sfp.task_sources"  # entry points: functions that register simulator tasks / resolvers
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -55,6 +61,37 @@ class UnknownTaskError(ValueError):
 
 
 _TASKS: dict[str, TaskSpec] = {}
+# name -> TaskSpec or None (not mine); may raise UnknownTaskError to say why a name it owns is not a task
+Resolver = Callable[[str], "TaskSpec | None"]
+_RESOLVERS: list[Resolver] = []
+_SOURCES = {"loaded": False, "errors": []}  # the entry points of SOURCES_GROUP, loaded once
+
+
+def register_resolver(resolver: Resolver) -> Resolver:
+    """Add a resolver for names no spec holds (Isaac Lab's ids, looked up in Gymnasium's registry on demand).
+
+    Registering the same function twice is a no-op.
+    """
+    if resolver not in _RESOLVERS:
+        _RESOLVERS.append(resolver)
+    return resolver
+
+
+def source_errors() -> list[str]:
+    """One line per task source (entry point) that failed to load: what the dropdown is missing, and why."""
+    _load_sources()
+    return list(_SOURCES["errors"])
+
+
+def _load_sources() -> None:
+    if _SOURCES["loaded"]:
+        return
+    _SOURCES["loaded"] = True
+    for entry_point in importlib.metadata.entry_points(group=SOURCES_GROUP):
+        try:
+            entry_point.load()()
+        except (ImportError, AttributeError, ValueError, OSError) as error:
+            _SOURCES["errors"].append(f"task source {entry_point.name!r} ({entry_point.value}): {error}")
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
@@ -73,6 +110,7 @@ def list_tasks(kind: str | None = None) -> list[str]:
     """Sorted names of the registered tasks, all or of one kind (``"gym:<Id>"`` names are not listed)."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    _load_sources()
     return sorted(name for name, spec in _TASKS.items() if kind is None or spec.kind == kind)
 
 
@@ -81,14 +119,15 @@ def get_task(name: str) -> TaskSpec:
 
     :raises UnknownTaskError: No such task; the message lists close matches and the known tasks.
     """
+    _load_sources()
     if name in _TASKS:
         return _TASKS[name]
     if name.startswith(GYM_PREFIX):
         return _gymnasium_spec(name)
-    if name.startswith(ISAACLAB_PREFIX):  # Isaac Lab registers its ids only once Isaac Sim runs: resolve late
-        from omni_sfp.envs.isaaclab import ENTRY_POINT
-
-        return TaskSpec(name, "isaaclab", ENTRY_POINT, f"Isaac Lab {name} (resolved when Isaac Sim starts)")
+    for resolver in _RESOLVERS:
+        spec = resolver(name)
+        if spec is not None:
+            return spec
     close = difflib.get_close_matches(name, list(_TASKS), n=3)
     hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
     raise UnknownTaskError(
@@ -199,12 +238,3 @@ register_task(
     )
 )
 
-
-def _register_simulator_tasks() -> None:
-    """OmniIsaacGymEnvs tasks, when it is installed (read from its files: no simulator import)."""
-    from omni_sfp.envs.oige import register_oige_tasks
-
-    register_oige_tasks()
-
-
-_register_simulator_tasks()

@@ -1,98 +1,327 @@
-"""Isaac Lab tasks (Gymnasium ids ``Isaac-...``) for omni_sfp: registration and launch.
+"""Isaac Lab tasks (Gymnasium ids ``Isaac-...`` and ``IsaacContrib-...``) for omni_sfp: lookup, launch, close.
 
-Targets Isaac Lab 3 (PyPI ``isaaclab`` 3.0.0, Python 3.12). Importing this module is light (no torch, no
-Isaac Sim); :func:`make_isaaclab_env` starts Isaac Sim through Isaac Lab's ``AppLauncher`` *first*, as Isaac
-Lab's ``scripts/reinforcement_learning/skrl/train.py`` does, then imports ``isaaclab_tasks`` (which registers
-the ids), builds the env from its registered config and wraps it with skrl's ``isaaclab`` wrapper.
+Tested against Isaac Lab 3.0.0 (PyPI ``isaaclab``, Python 3.12, kit-less with Newton physics on the CPU: the
+``tests/isaaclab`` tier). Isaac Lab 2.x (``AppLauncher``, ids registered only once Isaac Sim runs) takes the
+same code path where its API allows; it is not run here.
+
+Importing this module is light (no torch, no Isaac Lab). The registry reaches it through the
+``omni_sfp.task_sources`` entry point (:func:`register_source`), which adds :func:`resolve` for the ids:
+
+- Isaac Lab 3: ``import isaaclab_tasks`` needs no Kit, so an id is checked against Gymnasium's registry before
+  anything launches (an unknown one gets a ``did you mean``), and a multi-agent id (``DirectMARLEnvCfg``) is
+  refused with one line: omni_sfp trains one agent.
+- Isaac Lab 2.x: the ids appear only after Isaac Sim starts, so they are checked in :func:`make_isaaclab_env`.
+
+:func:`make_isaaclab_env` then does what Isaac Lab's ``isaaclab_rl`` skrl train entry point does: parse the
+registered env config (string device, ``num_envs``, seed, overrides), launch (``launch_simulation``: nothing
+for Newton, Kit for a Kit backend; ``AppLauncher`` on 2.x; cameras enabled when the scene has one), build the
+env and wrap it with skrl's Isaac Lab wrapper. The returned env closes the env and then the app exactly once:
+on ``close()``, at interpreter exit (normal end, an uncaught error, Ctrl-C) and on SIGTERM.
 """
 
 from __future__ import annotations
 
+import atexit
+import difflib
+import importlib.metadata
+import importlib.util
+import signal
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from skrl.envs.wrappers.torch import Wrapper
+    from omni_sfp.registry import TaskSpec
 
-PREFIX = "Isaac-"
+PREFIXES = ("Isaac-", "IsaacContrib-")
 ENTRY_POINT = "omni_sfp.envs.isaaclab:make_isaaclab_env"
+LAUNCH_KEYS = ("physics", "renderer", "visualizer", "experience", "livestream", "enable_cameras")  # launcher args
+INSTALL_HINT = "Isaac Lab 3 needs Python 3.12: pip install isaaclab==3.0.0 skrl==2.1.1"
 
 
 class IsaacLabError(RuntimeError):
-    """Isaac Lab is missing, or has no such task; the message says what to do."""
+    """Isaac Lab is missing, cannot launch, or refuses the task; the message says what to do in one line."""
+
+
+def is_isaaclab_id(name: str) -> bool:
+    return name.startswith(PREFIXES)
+
+
+def version() -> tuple[int, ...] | None:
+    """The installed ``isaaclab`` distribution's version (3.0.0 -> (3, 0, 0)); None when it is not installed."""
+    try:
+        spec = importlib.util.find_spec("isaaclab")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin in (None, "namespace"):  # a folder named isaaclab is not Isaac Lab
+        return None
+    try:
+        text = importlib.metadata.version("isaaclab")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout on the path (Isaac Lab 2.x style)
+        return (0,)
+    return tuple(int(part) for part in text.split(".")[:3] if part.isdigit())
+
+
+def kitless() -> bool:
+    """Whether ``isaaclab_tasks`` can be imported before any launch (Isaac Lab 3)."""
+    installed = version()
+    return installed is not None and installed[0] >= 3
 
 
 def registered_ids() -> list[str]:
-    """The ``Isaac-...`` ids in Gymnasium's registry now (Isaac Lab's ``isaaclab_tasks`` adds them on import)."""
+    """The Isaac Lab ids in Gymnasium's registry now (``isaaclab_tasks`` adds them when imported)."""
     import gymnasium
 
-    return sorted(task_id for task_id in gymnasium.registry if task_id.startswith(PREFIX))
+    return sorted(task_id for task_id in gymnasium.registry if is_isaaclab_id(task_id))
+
+
+def load_ids() -> list[str]:
+    """Import ``isaaclab_tasks`` (kit-less on Isaac Lab 3) and return its registered ids."""
+    import isaaclab_tasks  # noqa: F401  (registers the ids)
+
+    return registered_ids()
+
+
+def check_id(name: str) -> None:
+    """Refuse, before anything launches, an id Isaac Lab does not register or a multi-agent one.
+
+    :raises UnknownTaskError: unknown id (with the closest registered ids).
+    :raises IsaacLabError: a multi-agent task.
+    """
+    from omni_sfp.registry import UnknownTaskError
+
+    ids = load_ids()
+    if name not in ids:
+        close = difflib.get_close_matches(name, ids, n=3, cutoff=0.75)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        note = " (Isaac Lab 3 ids have no -v0 suffix)" if name.endswith("-v0") else ""
+        raise UnknownTaskError(f"Isaac Lab {version_text()} has no task {name!r}{hint}{note}; {len(ids)} ids are "
+                               "registered (python -c \"import isaaclab_tasks, gymnasium; print([i for i in "
+                               "gymnasium.registry if i.startswith('Isaac')])\")")
+    if is_multi_agent(name):
+        raise IsaacLabError(f"task {name!r} is multi-agent (DirectMARLEnvCfg) and omni_sfp trains one agent; train "
+                            "it with Isaac Lab's own skrl entry point (IPPO / MAPPO)")
+
+
+def is_multi_agent(name: str) -> bool:
+    from isaaclab.envs import DirectMARLEnvCfg
+    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
+
+    return isinstance(load_cfg_from_registry(name, "env_cfg_entry_point"), DirectMARLEnvCfg)
+
+
+def version_text() -> str:
+    installed = version()
+    return "(not installed)" if installed is None else ".".join(map(str, installed))
+
+
+def resolve(name: str) -> TaskSpec | None:
+    """The registry's resolver: a spec for an Isaac Lab id, None for other names.
+
+    :raises UnknownTaskError: Isaac Lab is not installed, or (Isaac Lab 3) has no such id.
+    :raises IsaacLabError: a multi-agent id (Isaac Lab 3).
+    """
+    from omni_sfp.registry import TaskSpec, UnknownTaskError
+
+    if not is_isaaclab_id(name):
+        return None
+    if version() is None:
+        raise UnknownTaskError(f"task {name!r} is an Isaac Lab id and Isaac Lab is not installed here ({INSTALL_HINT})")
+    if not kitless():
+        return TaskSpec(name, "isaaclab", ENTRY_POINT, f"Isaac Lab {name} (checked once Isaac Sim starts)")
+    check_id(name)
+    return TaskSpec(name, "isaaclab", ENTRY_POINT, f"Isaac Lab {name}")
+
+
+def register_source() -> None:
+    """The ``omni_sfp.task_sources`` entry point: resolve Isaac Lab ids on demand (no import of Isaac Lab here)."""
+    from omni_sfp import registry
+
+    registry.register_resolver(resolve)
 
 
 def register_isaaclab_tasks(ids: list[str] | None = None) -> list[str]:
-    """Register Isaac Lab ids (kind ``"isaaclab"``) in omni_sfp's registry; returns the names registered.
+    """List Isaac Lab ids in omni_sfp's registry (for the panel's dropdown); returns the names registered.
 
-    Only ids already in Gymnasium's registry are listed (``isaaclab_tasks`` registers them when imported,
-    which needs a running Isaac Sim: inside Isaac Sim with Isaac Lab's extensions enabled they are there).
-    Before Isaac Sim starts, pass the ids you want (``ids=[...]``).
+    Without ``ids``: the ids in Gymnasium's registry now (Isaac Lab 3 imports ``isaaclab_tasks`` for them;
+    on 2.x they are there once Isaac Sim runs with Isaac Lab's extensions).
     """
     from omni_sfp import registry
 
-    names = registered_ids() if ids is None else list(ids)
+    if ids is None:
+        names = load_ids() if kitless() else registered_ids()
+    else:
+        names = list(ids)
     for task_id in names:
-        if not task_id.startswith(PREFIX):
-            raise ValueError(f"task {task_id!r}: Isaac Lab ids start with {PREFIX!r}")
+        if not is_isaaclab_id(task_id):
+            raise ValueError(f"task {task_id!r}: Isaac Lab ids start with {' or '.join(map(repr, PREFIXES))}")
         registry.register_task(registry.TaskSpec(task_id, "isaaclab", ENTRY_POINT, f"Isaac Lab {task_id}"))
     return names
+
+
+def device_string(device: Any) -> str:
+    """Isaac Lab's device: a ``str`` (``SimulationContext`` does ``"cuda" in device``), ``cuda:N`` for CUDA."""
+    text = str(device)  # torch.device("cuda", 0) -> "cuda:0"
+    if text == "auto":
+        import torch
+
+        text = "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda:0" if text == "cuda" else text
+
+
+def apply_overrides(env_cfg: Any, name: str, task_cfg: Mapping[str, Any]) -> None:
+    """Set env config attributes from ``task_cfg`` (dotted keys reach nested configs: ``scene.env_spacing``).
+
+    :raises IsaacLabError: a key the env config does not have.
+    """
+    for key, value in task_cfg.items():
+        target = env_cfg
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            if not hasattr(target, parent):
+                raise IsaacLabError(f"task.env.{key}: the env config of {name!r} has no field {parent!r}")
+            target = getattr(target, parent)
+        if not hasattr(target, leaf):
+            raise IsaacLabError(f"task.env.{key}: the env config of {name!r} has no such field")
+        setattr(target, leaf, value)
+
+
+def has_camera(cfg: Any) -> bool:
+    """Whether a config tree holds a camera sensor (``CameraCfg`` or a subclass such as ``TiledCameraCfg``)."""
+    from isaaclab.sensors.camera.camera_cfg import CameraCfg
+
+    seen: set[int] = set()
+
+    def visit(node: Any) -> bool:
+        if isinstance(node, CameraCfg):
+            return True
+        if id(node) in seen or not hasattr(node, "__dict__") or isinstance(node, type):
+            return False
+        seen.add(id(node))
+        return any(visit(child) for child in vars(node).values())
+
+    return visit(cfg)
+
+
+def launcher_args(env_cfg: Any, *, headless: bool, device: str, launch: Mapping[str, Any]) -> dict[str, Any]:
+    """Isaac Lab's launcher arguments (as its scripts' ``args_cli``) for this env config."""
+    args = {"headless": headless, "device": device, **launch}
+    if has_camera(env_cfg):
+        args["enable_cameras"] = True  # Isaac Lab's scripts need --enable_cameras for camera tasks
+    return args
+
+
+class _Session:
+    """Closes the env, then the app, once: from ``close()``, ``atexit`` or SIGTERM, whichever comes first."""
+
+    def __init__(self) -> None:
+        self.env: Any = None
+        self.closers: list[Any] = []  # called last-in first-out after the env
+        self.closed = False
+        atexit.register(self.close)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # omni_sfp's runner installs its own while training
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.close)
+        try:
+            if self.env is not None:
+                self.env.close()
+        finally:
+            for closer in reversed(self.closers):
+                closer()
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through atexit, which closes the env and the app
+
+
+def _launch(session: _Session, env_cfg: Any, args: dict[str, Any]) -> None:
+    from isaaclab.app import launch_simulation
+
+    context = launch_simulation(env_cfg, args)
+    _enter(context.__enter__)
+    session.closers.append(lambda: context.__exit__(None, None, None))
+
+
+def _enter(start: Any) -> Any:
+    """Start an Isaac Lab launcher; its ``SystemExit`` (Isaac Sim missing) becomes one :class:`IsaacLabError` line."""
+    try:
+        return start()
+    except SystemExit as error:  # AppLauncher / Kit's launcher log the reason, then sys.exit(1)
+        raise IsaacLabError(f"Isaac Lab could not start Isaac Sim (it exited with {error.code}); this env config "
+                            "needs Kit (a Kit physics backend, renderer or camera): install Isaac Sim 5+ "
+                            "(pip install isaaclab[isaacsim]), or use a kit-less backend (physics=newton)") from None
+    except (ImportError, ModuleNotFoundError) as error:
+        raise IsaacLabError(f"Isaac Lab could not start Isaac Sim: {error}; install Isaac Sim (pip install "
+                            "isaaclab[isaacsim]) or use a kit-less backend (physics=newton)") from None
 
 
 def make_isaaclab_env(
     name: str,
     *,
     num_envs: int,
-    device: str,
+    device: Any,
     seed: int,
     headless: bool = True,
     task_cfg: Mapping[str, Any] | None = None,
-) -> Wrapper:
-    """Start Isaac Sim (``AppLauncher``), build Isaac Lab env ``name`` and wrap it for skrl 2.
+) -> Any:
+    """Launch what Isaac Lab env ``name`` needs, build it from its registered config and wrap it for skrl 2.
 
-    :param task_cfg: attribute overrides applied to the env config (``{"episode_length_s": 10.0}``; dotted
-        keys reach nested configs: ``{"scene.env_spacing": 3.0}``).
-    :raises IsaacLabError: Isaac Lab missing or unknown id.
+    :param device: ``cpu``, ``cuda``, ``cuda:N``, ``auto`` or a ``torch.device`` (Isaac Lab gets a ``str``).
+    :param task_cfg: env config overrides (``{"episode_length_s": 10.0}``; dotted keys reach nested configs:
+        ``{"scene.env_spacing": 3.0}``), plus the launcher's own keys :data:`LAUNCH_KEYS`
+        (``{"physics": "isaacsim_physx"}``, Isaac Lab's ``physics=`` selector).
+    :raises IsaacLabError: Isaac Lab missing, launch impossible, a multi-agent task or a bad override.
+    :raises UnknownTaskError: Isaac Lab has no such id (checked before anything launches).
     """
+    installed = version()
+    if installed is None:
+        raise IsaacLabError(f"task {name!r} needs Isaac Lab ({INSTALL_HINT})")
+    device = device_string(device)
+    task_cfg = dict(task_cfg or {})
+    launch = {key: task_cfg.pop(key) for key in LAUNCH_KEYS if key in task_cfg}
+    session = _Session()
     try:
-        from isaaclab.app import AppLauncher
-    except ImportError as error:
-        raise IsaacLabError(f"task {name!r} needs Isaac Lab (pip install isaaclab[isaacsim]): {error}") from None
+        if installed[0] >= 3:
+            check_id(name)
+            env_cfg = _env_cfg(name, device, num_envs, seed, task_cfg)
+            _launch(session, env_cfg, launcher_args(env_cfg, headless=headless, device=device, launch=launch))
+        else:  # Isaac Lab 2.x: Isaac Sim first, then the tasks (they import omni.*)
+            from isaaclab.app import AppLauncher
 
-    if device == "auto":
-        import torch
+            enable_cameras = bool(launch.get("enable_cameras", False))
+            app = _enter(lambda: AppLauncher(headless=headless, device=device, enable_cameras=enable_cameras))
+            session.closers.append(app.app.close)
+            check_id(name)
+            env_cfg = _env_cfg(name, device, num_envs, seed, task_cfg)
+        import gymnasium
 
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    elif device == "cuda":
-        device = "cuda:0"
-    # 1. Isaac Sim first.
-    app_launcher = AppLauncher(headless=headless, device=device)
-    # 2. Now Isaac Lab's tasks (they import omni.* modules) and skrl.
-    import gymnasium
-    import isaaclab_tasks  # noqa: F401  (registers the Isaac-... ids)
-    from isaaclab_tasks.utils import parse_env_cfg
-    from skrl.envs.wrappers.torch import wrap_env
+        session.env = gymnasium.make(name, cfg=env_cfg)
+        return _wrap(session)
+    except BaseException:
+        session.close()
+        raise
 
-    if name not in gymnasium.registry:
-        app_launcher.app.close()
-        raise IsaacLabError(f"Isaac Lab has no task {name!r}; its tasks: {', '.join(registered_ids())}")
-    env_cfg = parse_env_cfg(name, device=device, num_envs=num_envs)
+
+def _env_cfg(name: str, device: str, num_envs: int, seed: int, task_cfg: dict) -> Any:
+    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
+
+    env_cfg = parse_env_cfg(name, device=device, num_envs=num_envs)  # launch_simulation applies `physics`
     env_cfg.seed = seed
-    for key, value in (task_cfg or {}).items():
-        target = env_cfg
-        *parents, leaf = key.split(".")
-        for parent in parents:
-            target = getattr(target, parent)
-        if not hasattr(target, leaf):
-            app_launcher.app.close()
-            raise IsaacLabError(f"task_cfg key {key!r}: the env config of {name!r} has no such field")
-        setattr(target, leaf, value)
-    env = gymnasium.make(name, cfg=env_cfg)
-    return wrap_env(env, wrapper="isaaclab")
+    apply_overrides(env_cfg, name, task_cfg)
+    return env_cfg
+
+
+def _wrap(session: _Session) -> Any:
+    from skrl.envs.wrappers.torch.isaaclab_envs import IsaacLabWrapper
+
+    class IsaacLabEnv(IsaacLabWrapper):
+        """skrl's Isaac Lab wrapper whose ``close()`` also ends the launch (idempotent)."""
+
+        def close(self) -> None:
+            session.close()
+
+    return IsaacLabEnv(session.env)

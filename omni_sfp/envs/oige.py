@@ -106,6 +106,59 @@ def _register_resolvers() -> None:
             OmegaConf.register_new_resolver(name, resolver)
 
 
+def compose(
+    task: str,
+    *,
+    values: Mapping[str, Any] | None = None,
+    task_env: Mapping[str, Any] | None = None,
+    package: Path | None = None,
+) -> dict[str, Any]:
+    """OmniIsaacGymEnvs' resolved config for ``task``, composed by Hydra the way ``rlgames_train.py`` does.
+
+    Hydra's ``defaults:`` apply (``CartpoleCamera.yaml`` inherits ``Cartpole.yaml``, ``ShadowHandOpenAI_LSTM``
+    ``ShadowHandOpenAI_FF``), then ``values`` land at the root (``num_envs``, ``seed``, devices, ...) and
+    ``task_env`` under ``task.env`` (as ``task.env.<key>=`` would on OIGE's command line; an unknown key is an
+    error, as it is there), before the interpolations resolve. Hydra's global state is left as it was.
+
+    :raises OIGEError: OmniIsaacGymEnvs missing, unknown task, or a ``task_env`` key its task config lacks.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf, open_dict
+
+    package = package or package_dir()
+    if package is None:
+        raise OIGEError("OmniIsaacGymEnvs is not installed: `python.sh -m pip install -e OmniIsaacGymEnvs`")
+    if task not in task_names(package):
+        raise OIGEError(f"OmniIsaacGymEnvs has no task {task!r}; its tasks: {', '.join(task_names(package))}")
+    _register_resolvers()
+    hydra = GlobalHydra.instance()
+    if hydra.is_initialized():  # e.g. left on OIGE's cfg/ by make_oige_env: compose in a fresh one, then restore
+        saved = hydra.hydra
+        hydra.clear()
+    else:
+        saved = None
+    try:
+        with initialize_config_dir(config_dir=str(package / "cfg"), version_base=None):
+            root = hydra_compose(config_name="config", overrides=[f"task={task}"])
+    finally:
+        if saved is not None:
+            GlobalHydra.instance().initialize(saved)
+    with open_dict(root):
+        for key, value in (values or {}).items():
+            root[key] = value
+    for key, value in (task_env or {}).items():
+        if OmegaConf.select(root.task.env, key, default="<missing>") == "<missing>":
+            known = ", ".join(str(k) for k in root.task.env)
+            raise OIGEError(f"task.env.{key}: OmniIsaacGymEnvs' task/{task}.yaml has no env.{key}; it has {known}")
+        OmegaConf.update(root.task.env, key, value, merge=True)
+    resolved = OmegaConf.to_container(root, resolve=True)
+    assert isinstance(resolved, dict)
+    resolved.pop("hydra", None)
+    return copy.deepcopy(resolved)
+
+
 def oige_config(
     task: str,
     *,
@@ -114,34 +167,34 @@ def oige_config(
     headless: bool,
     device_keys: Mapping[str, Any],
     task_cfg: Mapping[str, Any] | None = None,
+    torch_deterministic: bool = False,
     package: Path | None = None,
 ) -> dict[str, Any]:
-    """The resolved config dict OmniIsaacGymEnvs' ``initialize_task`` takes, composed from its own YAML files.
+    """The resolved config dict OmniIsaacGymEnvs' ``initialize_task`` takes: ``rlgames_train.py task=<task>
+    num_envs=<n> seed=<s> headless=<h> torch_deterministic=<d>`` plus the devices, with ``task_cfg`` (omni_sfp's
+    ``task.env``) under ``task.env``."""
+    values = {"num_envs": num_envs, "seed": seed, "headless": headless, "test": False,
+              "torch_deterministic": torch_deterministic, **device_keys}
+    return compose(task, values=values, task_env=task_cfg, package=package)
 
-    The same result as its ``rlgames_train.py`` (``cfg/config.yaml`` with ``task=<task>`` and the given
-    ``num_envs``, ``seed``, ``headless`` and devices), without Hydra's global state, which omni_sfp's runner
-    already uses. ``task_cfg`` is merged into the ``task`` section (e.g. ``{"env": {"envSpacing": 2.0}}``).
-    """
-    from omegaconf import OmegaConf
 
-    package = package or package_dir()
-    if package is None:
-        raise OIGEError("OmniIsaacGymEnvs is not installed: `python.sh -m pip install -e OmniIsaacGymEnvs`")
-    cfg_dir = package / "cfg"
-    if task not in task_names(package):
-        raise OIGEError(f"OmniIsaacGymEnvs has no task {task!r}; its tasks: {', '.join(task_names(package))}")
-    _register_resolvers()
-    root = OmegaConf.load(cfg_dir / "config.yaml")
-    for key in ("defaults", "hydra"):
-        root.pop(key, None)
-    root.task = OmegaConf.load(cfg_dir / "task" / f"{task}.yaml")
-    root.train = OmegaConf.load(cfg_dir / "train" / f"{task}PPO.yaml")
-    root.merge_with({"num_envs": num_envs, "seed": seed, "headless": headless, "test": False, **device_keys})
-    if task_cfg:
-        root.task = OmegaConf.merge(root.task, OmegaConf.create(dict(task_cfg)))
-    resolved = OmegaConf.to_container(root, resolve=True)
-    assert isinstance(resolved, dict)
-    return copy.deepcopy(resolved)
+def initialize_hydra(package: Path) -> None:
+    """Leave Hydra's global state initialised on OIGE's ``cfg/``, as ``@hydra.main`` in ``rlgames_train.py``
+    does: the Factory tasks call ``hydra.compose("task/FactoryBase.yaml")`` themselves in their constructors."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    initialize_config_dir(config_dir=str(package / "cfg"), version_base=None)  # not a `with`: it stays
+
+
+def experience_for(cfg: Mapping[str, Any], headless: bool, package: Path) -> tuple[str | None, bool]:
+    """The Kit app file and ``enable_viewport`` for a composed config, as ``rlgames_train.py`` picks them:
+    a camera task (``task.sim.enable_cameras``) gets OIGE's ``apps/omni.isaac.sim.python.gym.camera.kit`` and a
+    viewport; otherwise omni_sfp's headless experience (:func:`default_experience`) or Isaac Sim's own."""
+    if cfg.get("task", {}).get("sim", {}).get("enable_cameras", False):
+        return str((package.parent / "apps" / "omni.isaac.sim.python.gym.camera.kit").resolve()), True
+    return default_experience(headless), False
 
 
 def default_experience(headless: bool) -> str | None:
@@ -157,30 +210,40 @@ def make_oige_env(
     name: str,
     *,
     num_envs: int,
-    device: str,
+    device: Any,
     seed: int,
     headless: bool = True,
     task_cfg: Mapping[str, Any] | None = None,
     experience: str | None = None,
 ) -> OmniIsaacGymWrapper:
-    """Start Isaac Sim, build OmniIsaacGymEnvs task ``name`` and wrap it for skrl 2.
+    """Start Isaac Sim, build OmniIsaacGymEnvs task ``name`` and wrap it for skrl 2, as ``rlgames_train.py`` does.
 
     Isaac Sim starts before anything else from Omniverse is imported: VecEnvRLGames' constructor creates the
-    ``SimulationApp``; only afterwards are ``omni.isaac.core`` and the task modules imported. Run it with
-    Isaac Sim's ``python.sh``. The process owns one SimulationApp: build one OmniIsaacGymEnvs env per process.
+    ``SimulationApp`` (with a viewport and OIGE's camera experience for camera tasks); only afterwards are
+    ``omni.isaac.core`` and the task modules imported. Hydra is left initialised on OIGE's ``cfg/`` for the
+    tasks that compose their own configs. ``torch_deterministic`` follows the runner's
+    ``torch.use_deterministic_algorithms`` (omni_sfp's ``torch_deterministic``). The env (and with it the app) is
+    closed by the wrapper's ``close()`` or at interpreter exit. One SimulationApp per process: build one
+    OmniIsaacGymEnvs env per process. Run it with Isaac Sim's ``python.sh``.
 
     :param name: registry name (``Ant`` or ``OIGE-Cartpole``).
-    :param experience: Kit app file; default :func:`default_experience`.
-    :raises OIGEError: OmniIsaacGymEnvs missing, unknown task or device.
+    :param task_cfg: keys under OIGE's ``task.env`` (``{"envSpacing": 2.0}``).
+    :param experience: Kit app file; default :func:`experience_for`.
+    :raises OIGEError: OmniIsaacGymEnvs missing, unknown task, task key or device.
     """
+    import atexit
+
     import torch
 
     task = name.removeprefix(PREFIX)
     package = package_dir()
     keys = devices(str(device), torch.cuda.is_available())
     cfg = oige_config(
-        task, num_envs=num_envs, seed=seed, headless=headless, device_keys=keys, task_cfg=task_cfg, package=package
+        task, num_envs=num_envs, seed=seed, headless=headless, device_keys=keys, task_cfg=task_cfg,
+        torch_deterministic=torch.are_deterministic_algorithms_enabled(), package=package,
     )
+    assert package is not None  # oige_config raised otherwise
+    default_app, enable_viewport = experience_for(cfg, headless, package)
 
     # 1. Isaac Sim (SimulationApp) first.
     from omniisaacgymenvs.envs.vec_env_rlgames import VecEnvRLGames
@@ -189,23 +252,32 @@ def make_oige_env(
         headless=headless,
         sim_device=keys["device_id"],
         enable_livestream=False,
-        enable_viewport=False,
-        experience=experience or default_experience(headless),
+        enable_viewport=enable_viewport,
+        experience=experience or default_app,
     )
-    # 2. Now omni.isaac.core and the task classes can be imported.
-    from omni.isaac.core.utils.torch.maths import set_seed
-    from omniisaacgymenvs.utils.task_util import import_tasks, initialize_task
+    atexit.register(env.close)  # rlgames_train.py closes the env (and the app) at the end
+    try:
+        # 2. Now omni.isaac.core and the task classes can be imported.
+        from omni.isaac.core.utils.torch.maths import set_seed
+        from omniisaacgymenvs.utils.task_util import import_tasks, initialize_task
 
-    task_map, _ = import_tasks()
-    if task not in task_map:
+        task_map, _ = import_tasks()
+        if task not in task_map:
+            raise OIGEError(f"OmniIsaacGymEnvs' task_map has no {task!r}; it has {', '.join(sorted(task_map))}")
+        cfg["seed"] = set_seed(seed, torch_deterministic=cfg["torch_deterministic"])
+        initialize_hydra(package)
+        initialize_task(cfg, env)
+    except BaseException:
+        atexit.unregister(env.close)
         env.close()
-        raise OIGEError(f"OmniIsaacGymEnvs' task_map has no {task!r}; it has {', '.join(sorted(task_map))}")
-    cfg["seed"] = set_seed(seed, torch_deterministic=cfg.get("torch_deterministic", False))
-    initialize_task(cfg, env)
+        raise
 
     from omni_sfp.envs.oige_wrapper import OmniIsaacGymWrapper
 
-    return OmniIsaacGymWrapper(env)
+    wrapper = OmniIsaacGymWrapper(env)
+    atexit.unregister(env.close)
+    atexit.register(wrapper.close)
+    return wrapper
 
 
 def __getattr__(name: str) -> Any:

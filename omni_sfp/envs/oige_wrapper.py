@@ -21,10 +21,15 @@ class OmniIsaacGymWrapper(Wrapper):
       ``_task.rl_device``, the device of every tensor it returns.
     - ``reset() -> {"obs": (N, obs), "states": (N, states)}``: flags every env for reset and takes one step.
     - ``step(actions) -> ({"obs", "states"}, rew (N,), resets (N,) long, extras)``; ``extras["time_outs"]``
-      (optional, (N,)) marks the resets caused by the episode length limit.
+      (optional, (N,)) marks the resets caused by the episode length limit. No OIGE 4.0.0 task sets it
+      (``RLTask`` starts with ``extras = {}``): its tasks reset at ``progress_buf >= max_episode_length - 1``
+      (``_max_episode_length`` in most, ``max_episode_length`` in some), and ``progress_buf`` still holds the
+      finished episode's length when ``step`` returns (it is zeroed in the next ``pre_physics_step``).
 
-    Mapping: ``terminated = resets & ~time_outs``, ``truncated = resets & time_outs`` (a task without
-    ``time_outs`` only terminates). Resets are the env's own: a task resets the envs it flagged at the start of
+    Mapping: ``terminated = resets & ~time_outs``, ``truncated = resets & time_outs``, where ``time_outs`` is
+    the task's ``extras["time_outs"]`` or, where absent, ``progress_buf >= max_episode_length - 1`` (a reset
+    that is also a failure on the episode's last step counts as a time-out, as in rl_games' OIGE runs with
+    ``value_bootstrap``); a task with neither only terminates. Resets are the env's own: a task resets the envs it flagged at the start of
     its next step, so the observation returned with a reset is the episode's last one (what skrl's
     ``time_limit_bootstrap`` needs) and this wrapper never calls ``reset()`` after the first. Tensors are
     copied out: OmniIsaacGymEnvs tasks write their buffers in place, and skrl (and the single-forward-pass
@@ -41,6 +46,7 @@ class OmniIsaacGymWrapper(Wrapper):
         num_states = int(getattr(env, "num_states", 0) or 0)
         self._state_space = _gymnasium_space(env.state_space) if num_states > 0 else None
         self._reset_once = True
+        self._closed = False
         self._observations: torch.Tensor | None = None
         self._states: torch.Tensor | None = None
         self._info: dict[str, Any] = {}
@@ -71,9 +77,11 @@ class OmniIsaacGymWrapper(Wrapper):
         done = resets.view(-1, 1).to(torch.bool)
         time_outs = extras.get("time_outs") if isinstance(extras, dict) else None
         if time_outs is None:
+            time_outs = self._time_outs()
+        if time_outs is None:
             truncated = torch.zeros_like(done)
         else:
-            truncated = done & time_outs.view(-1, 1).to(device=done.device, dtype=torch.bool)
+            truncated = done & torch.as_tensor(time_outs).view(-1, 1).to(device=done.device, dtype=torch.bool)
         terminated = done & ~truncated
         return self._observations, rewards.view(-1, 1).clone(), terminated, truncated, self._info
 
@@ -85,8 +93,23 @@ class OmniIsaacGymWrapper(Wrapper):
         return
 
     def close(self) -> None:
-        """Close the env, which closes Isaac Sim's SimulationApp."""
-        self._env.close()
+        """Close the env, which closes Isaac Sim's SimulationApp (once: also registered at exit)."""
+        if not self._closed:
+            self._closed = True
+            self._env.close()
+
+    def _time_outs(self) -> torch.Tensor | None:
+        """``progress_buf >= max_episode_length - 1`` from the task, or None when it has neither."""
+        task = getattr(self._env, "_task", None)
+        progress = getattr(task, "progress_buf", None)
+        limit = getattr(task, "_max_episode_length", getattr(task, "max_episode_length", None))
+        if progress is None or limit is None:
+            return None
+        if not isinstance(progress, torch.Tensor):  # OIGE's warp tasks keep a warp array
+            import warp
+
+            progress = warp.to_torch(progress)
+        return progress >= limit - 1
 
     def _take(self, obs_dict: dict[str, torch.Tensor]) -> None:
         self._observations = obs_dict["obs"].clone()

@@ -1,5 +1,5 @@
-"""omni_sfp.envs.oige: the skrl 2 wrapper against a faithful VecEnvRLGames double, and the task registration /
-config composition against a synthetic OmniIsaacGymEnvs package layout (no Isaac Sim here)."""
+"""omni_sfp.envs.oige_wrapper: the skrl 2 wrapper against OmniIsaacGymEnvs 4.0.0's doubles (no Isaac Sim here):
+an RLTask that writes its buffers in place, builds old-``gym`` spaces and never sets ``extras["time_outs"]``."""
 
 from __future__ import annotations
 
@@ -34,23 +34,27 @@ class PointMassTask:
     - ``reset()`` flags every env (``reset_buf`` = 1); ``pre_physics_step(actions)`` first resets the envs
       flagged by the previous step (``reset_idx``: new state, ``reset_buf``/``progress_buf`` = 0), then applies
       the actions; ``post_physics_step()`` increments ``progress_buf`` and runs ``get_observations``,
-      ``get_states``, ``calculate_metrics``, ``is_done`` (``reset_buf`` includes the time-outs) and sets
-      ``extras["time_outs"]``, returning ``(obs_buf, rew_buf, reset_buf, extras)``;
-    - ``clip_obs``, ``clip_actions``, ``rl_device``, ``num_actions``, ``num_states`` and per-env Boxes.
+      ``get_states``, ``calculate_metrics``, ``is_done`` (``reset_buf`` includes the time-outs, at
+      ``progress_buf >= _max_episode_length - 1`` as tasks/shared/locomotion.py), returning ``(obs_buf, rew_buf,
+      reset_buf, extras)`` with ``extras`` left ``{}``: no OIGE task sets ``extras["time_outs"]``;
+    - ``clip_obs``, ``clip_actions``, ``rl_device``, ``num_actions``, ``num_states`` and per-env Boxes from the
+      old ``gym`` package (``from gym import spaces`` in rl_task.py; the double in oige_double/gym).
 
     Dynamics (the "world"): a point mass, x' = x + 0.1 v, v' = v + 0.1 * 10 a; it fails past |x| > 2.
     """
 
     def __init__(self, num_envs, *, num_states=0, max_episode_length=5, device="cpu", seed=0):
+        from gym import spaces
+
         self._num_envs = num_envs
         self.num_observations, self.num_actions, self.num_states = OBS, ACT, num_states
-        self.max_episode_length = max_episode_length
+        self._max_episode_length = max_episode_length
         self.clip_obs, self.clip_actions = 5.0, 1.0
         self.rl_device = self._device = device
         self.generator = torch.Generator().manual_seed(seed)
-        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
-        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (ACT,), np.float32)
-        self.state_space = gymnasium.spaces.Box(-np.inf, np.inf, (num_states,), np.float32)
+        self.observation_space = spaces.Box(np.ones(OBS) * -np.inf, np.ones(OBS) * np.inf)
+        self.action_space = spaces.Box(np.ones(ACT) * -1.0, np.ones(ACT) * 1.0)
+        self.state_space = spaces.Box(np.ones(num_states) * -np.inf, np.ones(num_states) * np.inf)
         self.reset_calls = 0  # reset_idx calls, i.e. envs actually reset
         self.cleanup()
         self.position = torch.zeros(num_envs)
@@ -114,9 +118,8 @@ class PointMassTask:
 
     def is_done(self):
         failed = self.position.abs() > 2.0
-        timed_out = self.progress_buf >= self.max_episode_length
+        timed_out = self.progress_buf >= self._max_episode_length - 1
         self.reset_buf[:] = (failed | timed_out).long()
-        self.extras["time_outs"] = timed_out & ~failed
 
 
 class VecEnvRLGamesDouble(gymnasium.Env):
@@ -183,7 +186,12 @@ class VecEnvRLGamesDouble(gymnasium.Env):
         self.closed = True
 
 
-def make(num_states=0, max_episode_length=5, clamp=True, seed=0):
+@pytest.fixture(autouse=True)
+def _gym(oige_double):
+    """The old ``gym`` package (OIGE's spaces) comes from OIGE's double folder."""
+
+
+def make(num_states=0, max_episode_length=6, clamp=True, seed=0):
     double = VecEnvRLGamesDouble(
         PointMassTask(NUM_ENVS, num_states=num_states, max_episode_length=max_episode_length, seed=seed), clamp=clamp
     )
@@ -193,6 +201,9 @@ def make(num_states=0, max_episode_length=5, clamp=True, seed=0):
 def test_wrapper_exposes_the_env_to_skrl():
     env, double = make()
     assert isinstance(env, Wrapper)
+    env.close()
+    env.close()  # idempotent: make_oige_env also registers it at exit
+    assert double.closed
     assert env.num_envs == NUM_ENVS
     assert env.device == torch.device("cpu")  # the task's rl_device, not skrl's default
     assert env.observation_space.shape == (OBS,) and env.action_space.shape == (ACT,)
@@ -219,11 +230,13 @@ def test_step_shapes_dtypes_and_devices():
     assert terminated.shape == truncated.shape == (NUM_ENVS, 1)
     assert terminated.dtype == truncated.dtype == torch.bool
     assert all(t.device == env.device for t in (obs, reward, terminated, truncated))
-    assert "time_outs" in info  # extras pass through as info
+    assert info == {}  # extras pass through as info (OIGE tasks leave them empty)
+    assert isinstance(env.observation_space, gymnasium.spaces.Box)  # converted from old gym's Box
+    assert env.action_space.shape == (ACT,) and float(env.action_space.high[0]) == 1.0
 
 
 def test_time_outs_are_truncations_and_failures_terminations():
-    env, _ = make(max_episode_length=5)
+    env, _ = make(max_episode_length=6)  # resets at progress_buf >= 5
     env.reset()  # the reset step counts: progress is 1
     push = torch.zeros(NUM_ENVS, ACT)
     push[:2] = 1.0  # envs 0 and 1 accelerate out of |x| <= 2 before the time limit
@@ -236,19 +249,40 @@ def test_time_outs_are_truncations_and_failures_terminations():
     assert not (terminated & truncated).any()
 
 
-def test_no_time_outs_key_means_no_truncation():
-    env, double = make(max_episode_length=2)
-    double._task.is_done = lambda: double._task.reset_buf.__setitem__(
-        slice(None), (double._task.progress_buf >= 2).long()
-    )  # an OIGE task that never sets extras["time_outs"]
-    double._task.extras.clear()
+def test_time_outs_come_from_progress_buf_when_extras_has_none():
+    # the old wrapper read only extras["time_outs"], which no OIGE task sets: every reset was a termination
+    env, double = make(max_episode_length=3)
+    env.reset()
+    _, _, terminated, truncated, info = env.step(torch.zeros(NUM_ENVS, ACT))  # progress 2 = limit - 1
+    assert "time_outs" not in info and truncated.all() and not terminated.any()
+
+
+def test_explicit_time_outs_win_over_progress_buf():
+    env, double = make(max_episode_length=3)
+    task = double._task
+    original = task.is_done
+
+    def is_done():  # a task that does set extras["time_outs"]: none of its resets are time-outs
+        original()
+        task.extras["time_outs"] = torch.zeros_like(task.reset_buf, dtype=torch.bool)
+
+    task.is_done = is_done
+    env.reset()
+    _, _, terminated, truncated, _ = env.step(torch.zeros(NUM_ENVS, ACT))
+    assert terminated.all() and not truncated.any()
+
+
+def test_a_task_without_an_episode_limit_only_terminates():
+    env, double = make(max_episode_length=3)
+    del double._task._max_episode_length
+    double._task.is_done = lambda: double._task.reset_buf.__setitem__(slice(None), 1)
     env.reset()
     _, _, terminated, truncated, _ = env.step(torch.zeros(NUM_ENVS, ACT))
     assert terminated.all() and not truncated.any()
 
 
 def test_auto_reset_passes_through():
-    env, double = make(max_episode_length=3)
+    env, double = make(max_episode_length=4)
     env.reset()
     zeros = torch.zeros(NUM_ENVS, ACT)
     env.step(zeros)
@@ -308,7 +342,7 @@ def test_skrl_ppo_trains_a_few_iterations_on_it():
             return self.net(inputs["observations"]), {}
 
     torch.manual_seed(0)
-    env, double = make(max_episode_length=4)
+    env, double = make(max_episode_length=5)
     cfg = PPO_CFG(rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=1e-3, time_limit_bootstrap=True)
     cfg.experiment.write_interval = 0
     cfg.experiment.checkpoint_interval = 0
@@ -326,181 +360,9 @@ def test_skrl_ppo_trains_a_few_iterations_on_it():
     assert all(torch.isfinite(p).all() for p in after)
 
 
-# ---- registration and config composition (OmniIsaacGymEnvs' file layout, synthetic) --------------------
-
-CONFIG_YAML = """\
-task_name: ${task.name}
-experiment: ''
-num_envs: ''
-seed: 42
-torch_deterministic: False
-max_iterations: ''
-physics_engine: 'physx'
-pipeline: 'gpu'
-sim_device: 'gpu'
-device_id: 0
-rl_device: 'cuda:0'
-multi_gpu: False
-num_threads: 4
-solver_type: 1
-test: False
-checkpoint: ''
-headless: False
-enable_livestream: False
-wandb_name: ${train.params.config.name}
-warp: False
-defaults:
-  - _self_
-  - task: Cartpole
-  - train: ${task}PPO
-hydra:
-  output_subdir: null
-"""
-
-TASK_YAML = """\
-name: {name}
-physics_engine: ${{..physics_engine}}
-env:
-  numEnvs: ${{resolve_default:512,${{...num_envs}}}}
-  envSpacing: 4.0
-sim:
-  use_gpu_pipeline: ${{eq:${{...pipeline}},"gpu"}}
-  physx:
-    use_gpu: ${{eq:${{....sim_device}},"gpu"}}
-    worker_thread_count: ${{....num_threads}}
-"""
-
-TRAIN_YAML = """\
-params:
-  config:
-    name: ${{resolve_default:{name},${{....experiment}}}}
-"""
-
-
-@pytest.fixture
-def oige_package(tmp_path):
-    """A folder laid out like the omniisaacgymenvs package: cfg/config.yaml, cfg/task/*.yaml, cfg/train/*.yaml."""
-    package = tmp_path / "omniisaacgymenvs"
-    (package / "cfg" / "task").mkdir(parents=True)
-    (package / "cfg" / "train").mkdir(parents=True)
-    (package / "cfg" / "config.yaml").write_text(CONFIG_YAML)
-    for name in ("Cartpole", "Ant", "AntSAC", "FactoryBase"):  # FactoryBase: a base config, not a task
-        (package / "cfg" / "task" / f"{name}.yaml").write_text(TASK_YAML.format(name=name.replace("SAC", "")))
-    for name in ("CartpolePPO", "AntPPO", "AntSAC"):  # AntSAC: a SAC config, no PPO one
-        (package / "cfg" / "train" / f"{name}.yaml").write_text(TRAIN_YAML.format(name=name))
-    return package
-
-
-@pytest.fixture
-def scratch_registry(monkeypatch):
-    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
-
-
-def test_task_names_are_those_with_a_ppo_config(oige_package):
-    assert oige.task_names(oige_package) == ["Ant", "Cartpole"]
-
-
-def test_register_oige_tasks_keeps_names_and_prefixes_taken_ones(oige_package, scratch_registry):
-    assert "Cartpole" in registry.list_tasks("embedded")
-    names = oige.register_oige_tasks(oige_package)
-    assert names == ["Ant", "OIGE-Cartpole"]
-    assert registry.list_tasks("oige") == ["Ant", "OIGE-Cartpole"]
-    spec = registry.get_task("Ant")
-    assert spec.kind == "oige" and spec.entry_point == "omni_sfp.envs.oige:make_oige_env"
-    assert oige.register_oige_tasks(oige_package) == names  # idempotent
-    assert registry.get_task("Cartpole").kind == "embedded"
-
-
-def test_register_without_oige_installed_registers_nothing(monkeypatch, scratch_registry):
-    monkeypatch.setattr(oige, "package_dir", lambda: None)
-    assert oige.register_oige_tasks() == [] and registry.list_tasks("oige") == []
-
-
-def test_oige_config_resolves_like_rlgames_train(oige_package):
-    keys = oige.devices("cuda:1", cuda_available=True)
-    cfg = oige.oige_config(
-        "Ant", num_envs=64, seed=7, headless=True, device_keys=keys, package=oige_package,
-        task_cfg={"env": {"envSpacing": 2.5}},
-    )
-    assert cfg["task_name"] == "Ant" and cfg["seed"] == 7 and cfg["headless"] is True and cfg["test"] is False
-    assert cfg["task"]["env"] == {"numEnvs": 64, "envSpacing": 2.5}
-    assert cfg["task"]["sim"]["use_gpu_pipeline"] is True and cfg["task"]["sim"]["physx"]["use_gpu"] is True
-    assert (cfg["device_id"], cfg["rl_device"]) == (1, "cuda:1")
-    assert cfg["wandb_name"] == "AntPPO" and "defaults" not in cfg and "hydra" not in cfg
-
-    cpu = oige.oige_config("Cartpole", num_envs=8, seed=0, headless=True, device_keys=oige.devices("cpu", True),
-                           package=oige_package)
-    assert cpu["task"]["sim"]["use_gpu_pipeline"] is False and cpu["rl_device"] == "cpu"
-
-
-def test_oige_config_names_unknown_tasks(oige_package):
-    with pytest.raises(oige.OIGEError, match=r"no task 'Humanoid'; its tasks: Ant, Cartpole"):
-        oige.oige_config("Humanoid", num_envs=1, seed=0, headless=True, device_keys={}, package=oige_package)
-
-
-@pytest.mark.parametrize(
-    "device, expected",
-    [
-        ("auto", {"pipeline": "gpu", "sim_device": "gpu", "device_id": 0, "rl_device": "cuda:0"}),
-        ("cuda", {"pipeline": "gpu", "sim_device": "gpu", "device_id": 0, "rl_device": "cuda:0"}),
-        ("cuda:2", {"pipeline": "gpu", "sim_device": "gpu", "device_id": 2, "rl_device": "cuda:2"}),
-        ("cpu", {"pipeline": "cpu", "sim_device": "cpu", "device_id": 0, "rl_device": "cpu"}),
-    ],
-)
-def test_devices(device, expected):
-    assert oige.devices(device, cuda_available=True) == expected
-
-
-def test_devices_auto_without_cuda_is_cpu_and_bad_devices_are_named():
-    assert oige.devices("auto", cuda_available=False)["pipeline"] == "cpu"
-    with pytest.raises(oige.OIGEError, match=r"device='tpu' is not allowed"):
-        oige.devices("tpu", cuda_available=True)
-
-
-def test_make_oige_env_without_oige_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(oige, "package_dir", lambda: None)
-    with pytest.raises(oige.OIGEError, match="pip install -e OmniIsaacGymEnvs"):
-        oige.make_oige_env("Ant", num_envs=4, device="cpu", seed=0)
-
-
-def test_default_experience_needs_a_checkout_named_like_the_extension(monkeypatch, tmp_path):
-    kit = tmp_path / "omni.sfp" / "config" / "omni.sfp.train.kit"
-    kit.parent.mkdir(parents=True)
-    kit.write_text("")
-    monkeypatch.setattr(oige, "KIT_APP", kit)
-    assert oige.default_experience(headless=True) == str(kit)
-    assert oige.default_experience(headless=False) is None  # the .kit file is headless-only
-    other = tmp_path / "omni-sfp" / "config" / "omni.sfp.train.kit"
-    other.parent.mkdir(parents=True)
-    other.write_text("")
-    monkeypatch.setattr(oige, "KIT_APP", other)
-    assert oige.default_experience(headless=True) is None  # Kit could not resolve the omni.sfp dependency
-
-
-def test_the_wrapper_is_reachable_from_the_light_module():
-    assert oige.OmniIsaacGymWrapper is OmniIsaacGymWrapper
-
-
-@pytest.mark.parametrize("module", ["omni_sfp.envs.oige", "omni_sfp.envs.isaaclab", "omni_sfp.panel_model"])
-def test_light_modules_import_neither_torch_nor_skrl_nor_omniverse(module):
-    code = textwrap.dedent(
-        f"""
-        import sys, {module}
-        heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'skrl', 'carb', 'omni', 'isaaclab')
-                       or m.startswith('omni.'))
-        print(heavy)
-        """
-    )
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root, env=env)
-    out = out.stdout
-    assert out.strip() == "[]", out
-
-
 def test_time_limit_values_are_what_skrl_bootstraps_with():
     # The observation returned with a time-out is the episode's last: V(last obs) is the right bootstrap.
-    env, _ = make(max_episode_length=2)
+    env, _ = make(max_episode_length=3)
     env.reset()
     obs, _, _, truncated, _ = env.step(torch.zeros(NUM_ENVS, ACT))
     assert truncated.all() and (obs[:, 2] == 2).all() and math.isfinite(obs.sum().item())

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The Isaac Lab tier: tests/isaaclab_tier against the real Isaac Lab 3.0.0 (kit-less, Newton physics on the CPU)
+# in its own Python 3.12 venv. Used by .ci/run; runnable by hand:
+#
+#     .ci/isaaclab_tier.sh [pytest args...]
+#
+# The venv lives outside the clone, keyed by the pinned versions, so a second run reuses it (~8 GB, ~2-3 min
+# to build where absent). This package is reinstalled into it (no deps, not editable) on every run, so the
+# venv never points at another clone.
+#
+# Environment:
+#   OMNI_SFP_ISAACLAB_VENV  venv to use/create (default: ~/.cache/omni-sfp/<key>)
+#   OMNI_SFP_PY312          a Python 3.12 interpreter (default: pyenv's 3.12.x, then python3.12 on PATH)
+#
+# Exits 0 with "SKIPPED: no Python 3.12" only when no Python 3.12 exists (Isaac Lab 3 needs it); any other
+# problem (venv creation, pip install, a failing test) fails.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ISAACLAB_VERSION="3.0.0"
+SKRL_VERSION="2.1.1"
+KEY="isaaclab-${ISAACLAB_VERSION}_skrl-${SKRL_VERSION}_py3.12"
+VENV="${OMNI_SFP_ISAACLAB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/omni-sfp/$KEY}"
+
+is_py312() {
+    [ -x "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1
+}
+
+find_py312() {
+    local candidate
+    if [ -n "${OMNI_SFP_PY312:-}" ]; then
+        is_py312 "$OMNI_SFP_PY312" && { echo "$OMNI_SFP_PY312"; return; }
+        echo "OMNI_SFP_PY312=$OMNI_SFP_PY312 is not a working Python 3.12" >&2
+        return 1
+    fi
+    if command -v pyenv >/dev/null 2>&1; then
+        for candidate in "$(pyenv root)"/versions/3.12*/bin/python3.12; do
+            is_py312 "$candidate" && { echo "$candidate"; return; }
+        done
+    fi
+    for candidate in python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12; do
+        candidate="$(command -v "$candidate" 2>/dev/null || true)"
+        [ -n "$candidate" ] && is_py312 "$candidate" && { echo "$candidate"; return; }
+    done
+    return 1
+}
+
+# A venv counts as built only once its marker is written (an interrupted install is redone).
+if [ ! -f "$VENV/.omni-sfp-complete" ]; then
+    if ! PY312="$(find_py312)"; then
+        echo "SKIPPED: no Python 3.12 (Isaac Lab 3 needs Python 3.12); Isaac Lab tier not run"
+        exit 0
+    fi
+    echo "building $VENV with $PY312 (isaaclab==$ISAACLAB_VERSION, skrl==$SKRL_VERSION; a few minutes)"
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    "$PY312" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+    # pytest<9: pytest 9 needs packaging>=24, which isaaclab's [ovphysx] extra forbids.
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "isaaclab==$ISAACLAB_VERSION" "skrl==$SKRL_VERSION" "pytest>=7.4,<9" \
+        "setuptools>=68" wheel "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4" "tensorboard>=2.14" "tqdm>=4.60" "matplotlib>=3.7" "scipy>=1.10"
+    touch "$VENV/.omni-sfp-complete"
+fi
+
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall --no-build-isolation "$ROOT" \
+    >/dev/null
+
+cd "$ROOT"
+# isaaclab and warp write caches under $HOME and $TMPDIR; keep warp's kernel cache with the venv.
+export WARP_CACHE_PATH="${WARP_CACHE_PATH:-$VENV/.warp-cache}"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/isaaclab_tier "$@"

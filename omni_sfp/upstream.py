@@ -1,0 +1,251 @@
+"""Upstream settings by default: a simulator task trains with the settings its own library tunes for it.
+
+A user who switches from OmniIsaacGymEnvs' ``rlgames_train.py task=Ant`` or Isaac Lab's skrl ``train.py
+--task Isaac-Ant`` expects the same task to train with the same settings, only faster. So, for
+
+- an **Isaac Lab id**: its registered ``skrl_cfg_entry_point`` YAML (skrl's Runner format: ``models``,
+  ``agent``, ``trainer``) and its env config's ``scene.num_envs``;
+- an **OmniIsaacGymEnvs task**: its ``train/<Task>PPO.yaml`` (rl_games ``params``), composed the way
+  ``rlgames_train.py`` composes it, and its ``task.env.numEnvs``;
+
+are mapped onto omni_sfp's keys (``train.ppo.*``, ``train.models.*``, ``train.max_iterations``,
+``task.env.num_envs``). :func:`apply` writes them into the composed config *except* the keys the user set on
+the command line, which still win, and records each one in ``task.upstream`` (``key: "value <- file: upstream
+key"``), which the run folder's ``config.yaml`` keeps. Upstream keys without an omni_sfp counterpart
+(rl_games' ``bounds_loss_coef``, ``mixed_precision``, ...) are not mapped; see docs/isaac-sim.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+ACTIVATIONS = ("elu", "relu", "tanh", "leaky_relu", "selu", "silu", "gelu")  # omni_sfp.config.ACTIVATIONS
+# keys set on the command line that stand for a mapped key (top-level shortcuts win over the task/train keys)
+SHORTCUTS = {"num_envs": "task.env.num_envs", "max_iterations": "train.max_iterations"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One upstream value mapped onto an omni_sfp key."""
+
+    key: str  # omni_sfp key, e.g. "train.ppo.rollouts"
+    value: Any
+    source: str  # where it came from, e.g. "AntPPO.yaml: params.config.horizon_length"
+
+    def line(self) -> str:
+        return f"{self.key}={self.value!r}  <- {self.source}"
+
+
+class UpstreamError(ValueError):
+    """An upstream config could not be read or mapped; one line naming the file and key."""
+
+
+def settings_for(task: str, *, num_envs: int | None = None) -> list[Setting]:
+    """The upstream settings of registry task ``task`` (empty for embedded and Gymnasium tasks).
+
+    :param num_envs: the user's ``num_envs`` override, if any: rl_games fixes the minibatch *size*, so the number
+        of minibatches follows the number of environments actually simulated.
+    """
+    from omni_sfp.registry import get_task
+
+    spec = get_task(task)
+    if spec.kind == "isaaclab":
+        return isaaclab_settings(task)
+    if spec.kind == "oige":
+        from omni_sfp.envs import oige
+
+        cfg = oige.compose(task.removeprefix(oige.PREFIX))
+        name = cfg["task"]["name"]
+        return rlgames_settings(cfg["train"], cfg["task"], f"{name}PPO.yaml", f"{name}.yaml", num_envs=num_envs)
+    return []
+
+
+def apply(cfg: DictConfig, overrides: list[str], *, echo: bool = True) -> list[Setting]:
+    """Write ``task``'s upstream settings into ``cfg`` where the command line did not set the key.
+
+    Records what it took in ``cfg.task.upstream`` and, with ``echo``, prints one line per setting.
+    """
+    user = {o.partition("=")[0].lstrip("+~") for o in overrides if "=" in o}
+    user |= {mapped for shortcut, mapped in SHORTCUTS.items() if shortcut in user}
+    user_envs = cfg.num_envs if "num_envs" in user else None
+    taken = [s for s in settings_for(cfg.task.name, num_envs=user_envs) if s.key not in user]
+    with open_dict(cfg):
+        for setting in taken:
+            OmegaConf.update(cfg, setting.key, setting.value, merge=False)
+        cfg.task.upstream = {s.key: f"{s.value!r} <- {s.source}" for s in taken}
+    if echo and taken:
+        print(f"[omni_sfp] {cfg.task.name}: {len(taken)} upstream settings (command-line overrides win):", flush=True)
+        for setting in taken:
+            print(f"[omni_sfp]   {setting.line()}", flush=True)
+    return taken
+
+
+# -- Isaac Lab: skrl Runner YAML ------------------------------------------------------------------------------
+
+
+def isaaclab_settings(task: str) -> list[Setting]:
+    """Isaac Lab id ``task``'s registered skrl config and ``scene.num_envs`` on omni_sfp's keys."""
+    import gymnasium
+    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
+
+    kwargs = gymnasium.spec(task).kwargs
+    out = []
+    env_cfg = load_cfg_from_registry(task, "env_cfg_entry_point")
+    env_source = kwargs["env_cfg_entry_point"]
+    env_source = env_source if isinstance(env_source, str) else getattr(env_source, "__qualname__", str(env_source))
+    out.append(Setting("task.env.num_envs", int(env_cfg.scene.num_envs), f"{env_source}: scene.num_envs"))
+    entry = kwargs.get("skrl_cfg_entry_point")
+    if entry is None:
+        return out
+    return out + skrl_settings(load_cfg_from_registry(task, "skrl_cfg_entry_point"), str(entry))
+
+
+def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
+    """A skrl Runner config (``models``/``agent``/``trainer``, skrl 1.x or 2.x key names) on omni_sfp's keys."""
+    out: list[Setting] = []
+
+    def take(key: str, value: Any, upstream_key: str) -> None:
+        out.append(Setting(key, value, f"{source}: {upstream_key}"))
+
+    models = runner_cfg.get("models", {}) or {}
+    agent = runner_cfg.get("agent", {}) or {}
+    if agent.get("class", "PPO") != "PPO":
+        raise UpstreamError(f"{source}: agent.class is {agent.get('class')!r}; omni_sfp trains PPO")
+    if "separate" in models:
+        take("train.models.separate", bool(models["separate"]), "models.separate")
+    policy = models.get("policy", {}) or {}
+    network = (policy.get("network") or [{}])[0]
+    if network.get("layers"):
+        take("train.models.units", [int(u) for u in network["layers"]], "models.policy.network[0].layers")
+    activation = network.get("activations")
+    if isinstance(activation, list | tuple) and len(set(activation)) == 1:
+        activation = activation[0]
+    if isinstance(activation, str) and activation in ACTIVATIONS:
+        take("train.models.activation", activation, "models.policy.network[0].activations")
+    if "initial_log_std" in policy:
+        take("train.models.initial_log_std", float(policy["initial_log_std"]), "models.policy.initial_log_std")
+
+    simple = {
+        "rollouts": ("rollouts", int),
+        "learning_epochs": ("learning_epochs", int),
+        "mini_batches": ("mini_batches", int),
+        "discount_factor": ("discount_factor", float),
+        "gae_lambda": ("lambda", float),
+        "learning_rate": ("learning_rate", float),
+        "grad_norm_clip": ("grad_norm_clip", float),
+        "ratio_clip": ("ratio_clip", float),
+        "entropy_loss_scale": ("entropy_loss_scale", float),
+        "value_loss_scale": ("value_loss_scale", float),
+        "kl_threshold": ("kl_threshold", float),
+        "rewards_scale": ("rewards_shaper_scale", float),
+        "time_limit_bootstrap": ("time_limit_bootstrap", bool),
+    }
+    for ours, (theirs, kind) in simple.items():
+        if ours == "gae_lambda" and "lambda" not in agent and "gae_lambda" in agent:
+            theirs = "gae_lambda"  # skrl 2.x name
+        if agent.get(theirs) is not None:
+            take(f"train.ppo.{ours}", kind(agent[theirs]), f"agent.{theirs}")
+    if "value_clip" in agent:
+        clipped = agent.get("clip_predicted_values", True)
+        take("train.ppo.value_clip", float(agent["value_clip"]) if clipped else 0.0,
+             "agent.value_clip" + ("" if clipped else " (clip_predicted_values: False)"))
+    if "learning_rate_scheduler" in agent:
+        scheduler = agent["learning_rate_scheduler"]
+        if scheduler in (None, "", "None"):
+            take("train.ppo.learning_rate_schedule", "fixed", "agent.learning_rate_scheduler")
+        elif "KLAdaptive" in str(scheduler):
+            take("train.ppo.learning_rate_schedule", "kl_adaptive", "agent.learning_rate_scheduler")
+            kwargs = agent.get("learning_rate_scheduler_kwargs") or {}
+            if "kl_threshold" in kwargs:
+                take("train.ppo.desired_kl", float(kwargs["kl_threshold"]),
+                     "agent.learning_rate_scheduler_kwargs.kl_threshold")
+    for ours, theirs in (("observation_normalization", "state_preprocessor"),
+                         ("value_normalization", "value_preprocessor")):
+        if theirs == "state_preprocessor" and theirs not in agent and "observation_preprocessor" in agent:
+            theirs = "observation_preprocessor"  # skrl 2.x name
+        if theirs in agent:
+            take(f"train.ppo.{ours}", bool(agent[theirs]) and agent[theirs] != "None", f"agent.{theirs}")
+    trainer = runner_cfg.get("trainer", {}) or {}
+    rollouts = int(agent.get("rollouts") or 0)
+    if trainer.get("timesteps") and rollouts:
+        iterations = max(1, math.ceil(int(trainer["timesteps"]) / rollouts))
+        take("train.max_iterations", iterations, f"trainer.timesteps ({trainer['timesteps']}) / agent.rollouts")
+    return out
+
+
+# -- OmniIsaacGymEnvs: rl_games YAML ---------------------------------------------------------------------------
+
+
+def rlgames_settings(train: Mapping[str, Any], task: Mapping[str, Any], train_file: str, task_file: str, *,
+                     num_envs: int | None = None) -> list[Setting]:
+    """A resolved rl_games train config (OIGE's ``train/<Task>PPO.yaml``) and task config on omni_sfp's keys."""
+    out: list[Setting] = []
+
+    def take(key: str, value: Any, source: str) -> None:
+        out.append(Setting(key, value, source))
+
+    params = train["params"]
+    config = params["config"]
+    cfile = f"{train_file}: params.config."
+    upstream_envs = int(task["env"]["numEnvs"])
+    take("task.env.num_envs", upstream_envs, f"{task_file}: env.numEnvs")
+    network = params.get("network", {}) or {}
+    if "separate" in network:
+        take("train.models.separate", bool(network["separate"]), f"{train_file}: params.network.separate")
+    mlp = network.get("mlp", {}) or {}
+    if mlp.get("units"):
+        take("train.models.units", [int(u) for u in mlp["units"]], f"{train_file}: params.network.mlp.units")
+    if mlp.get("activation") in ACTIVATIONS:
+        take("train.models.activation", mlp["activation"], f"{train_file}: params.network.mlp.activation")
+    sigma = ((network.get("space", {}) or {}).get("continuous", {}) or {}).get("sigma_init", {}) or {}
+    if sigma.get("name") == "const_initializer" and "val" in sigma:
+        take("train.models.initial_log_std", float(sigma["val"]),
+             f"{train_file}: params.network.space.continuous.sigma_init.val")
+
+    horizon = int(config["horizon_length"])
+    take("train.ppo.rollouts", horizon, cfile + "horizon_length")
+    take("train.ppo.learning_epochs", int(config["mini_epochs"]), cfile + "mini_epochs")
+    envs = int(num_envs) if num_envs is not None else upstream_envs
+    if "minibatch_size" in config:
+        size = int(config["minibatch_size"])
+        batch = envs * horizon
+        wanted = max(1, batch // size)
+        mini_batches = max(d for d in range(1, wanted + 1) if batch % d == 0)
+        take("train.ppo.mini_batches", mini_batches,
+             cfile + f"minibatch_size ({size}): {envs} envs * {horizon} steps / {size}")
+    take("train.ppo.discount_factor", float(config["gamma"]), cfile + "gamma")
+    take("train.ppo.gae_lambda", float(config["tau"]), cfile + "tau")
+    take("train.ppo.learning_rate", float(config["learning_rate"]), cfile + "learning_rate")
+    schedule = config.get("lr_schedule")
+    if schedule == "adaptive":
+        take("train.ppo.learning_rate_schedule", "kl_adaptive", cfile + "lr_schedule")
+        take("train.ppo.desired_kl", float(config["kl_threshold"]), cfile + "kl_threshold")
+    elif schedule in (None, "fixed", "None", "linear"):  # linear: no omni_sfp counterpart, the closest is fixed
+        take("train.ppo.learning_rate_schedule", "fixed", cfile + f"lr_schedule ({schedule})")
+    e_clip = float(config["e_clip"])
+    take("train.ppo.ratio_clip", e_clip, cfile + "e_clip")
+    if "clip_value" in config:
+        take("train.ppo.value_clip", e_clip if config["clip_value"] else 0.0, cfile + "clip_value (uses e_clip)")
+    take("train.ppo.entropy_loss_scale", float(config.get("entropy_coef", 0.0)), cfile + "entropy_coef")
+    # rl_games: loss = a_loss + 0.5 * critic_coef * c_loss; skrl: value_loss_scale * c_loss
+    take("train.ppo.value_loss_scale", 0.5 * float(config.get("critic_coef", 1.0)), cfile + "critic_coef / 2")
+    if "grad_norm" in config:
+        clip = float(config["grad_norm"]) if config.get("truncate_grads", False) else 0.0
+        take("train.ppo.grad_norm_clip", clip, cfile + "grad_norm (truncate_grads)")
+    if "normalize_input" in config:
+        take("train.ppo.observation_normalization", bool(config["normalize_input"]), cfile + "normalize_input")
+    if "normalize_value" in config:
+        take("train.ppo.value_normalization", bool(config["normalize_value"]), cfile + "normalize_value")
+    if "value_bootstrap" in config:
+        take("train.ppo.time_limit_bootstrap", bool(config["value_bootstrap"]), cfile + "value_bootstrap")
+    scale = (config.get("reward_shaper", {}) or {}).get("scale_value")
+    if scale is not None:
+        take("train.ppo.rewards_scale", float(scale), cfile + "reward_shaper.scale_value")
+    if config.get("max_epochs") not in (None, ""):
+        take("train.max_iterations", int(config["max_epochs"]), cfile + "max_epochs")
+    return out
