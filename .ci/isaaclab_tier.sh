@@ -69,4 +69,5 @@ fi
 cd "$ROOT"
 # isaaclab and warp write caches under $HOME and $TMPDIR; keep warp's kernel cache with the venv.
 export WARP_CACHE_PATH="${WARP_CACHE_PATH:-$VENV/.warp-cache}"
+export OMNI_SFP_ISAACLAB_TIER=1
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/isaaclab_tier "$@"
