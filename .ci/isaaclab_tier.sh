@@ -63,8 +63,12 @@ if [ ! -f "$VENV/.omni-sfp-complete" ]; then
     touch "$VENV/.omni-sfp-complete"
 fi
 
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall --no-build-isolation "$ROOT" \
-    >/dev/null
+if ! log="$("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
+        --no-build-isolation "$ROOT" 2>&1)"; then
+    echo "$log" >&2
+    echo "could not install omni-sfp into $VENV" >&2
+    exit 1
+fi
 
 cd "$ROOT"
 # isaaclab and warp write caches under $HOME and $TMPDIR; keep warp's kernel cache with the venv.

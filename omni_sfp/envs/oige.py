@@ -38,7 +38,7 @@ def package_dir() -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def task_names(package: Path | None = None) -> list[str]:

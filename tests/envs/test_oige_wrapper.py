@@ -4,11 +4,6 @@ an RLTask that writes its buffers in place, builds old-``gym`` spaces and never 
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -16,8 +11,6 @@ import pytest
 import torch
 from skrl.envs.wrappers.torch import Wrapper
 
-from omni_sfp import registry
-from omni_sfp.envs import oige
 from omni_sfp.envs.oige_wrapper import OmniIsaacGymWrapper
 
 NUM_ENVS = 6
@@ -251,7 +244,7 @@ def test_time_outs_are_truncations_and_failures_terminations():
 
 def test_time_outs_come_from_progress_buf_when_extras_has_none():
     # the old wrapper read only extras["time_outs"], which no OIGE task sets: every reset was a termination
-    env, double = make(max_episode_length=3)
+    env, _double = make(max_episode_length=3)
     env.reset()
     _, _, terminated, truncated, info = env.step(torch.zeros(NUM_ENVS, ACT))  # progress 2 = limit - 1
     assert "time_outs" not in info and truncated.all() and not terminated.any()
@@ -346,7 +339,7 @@ def test_skrl_ppo_trains_a_few_iterations_on_it():
     cfg = PPO_CFG(rollouts=8, learning_epochs=2, mini_batches=2, learning_rate=1e-3, time_limit_bootstrap=True)
     cfg.experiment.write_interval = 0
     cfg.experiment.checkpoint_interval = 0
-    spaces = dict(observation_space=env.observation_space, action_space=env.action_space, device=env.device)
+    spaces = {"observation_space": env.observation_space, "action_space": env.action_space, "device": env.device}
     models = {"policy": Policy(**spaces), "value": Value(**spaces)}
     memory = RandomMemory(memory_size=cfg.rollouts, num_envs=env.num_envs, device=env.device)
     agent = PPO(models=models, memory=memory, cfg=cfg, **spaces)

@@ -27,7 +27,7 @@ CARTPOLE = "Isaac-Cartpole-Direct"
 
 
 def run_train(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "omni_sfp.train", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "omni_sfp.train", *args], check=False, capture_output=True, text=True,
                           cwd=cwd, timeout=timeout, env=os.environ.copy())
 
 
@@ -132,7 +132,7 @@ def test_env_is_closed_at_exit_after_an_error(tmp_path):
         raise RuntimeError("training failed")
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path, timeout=600,
                             env=os.environ.copy())
     assert result.returncode == 1 and "training failed" in result.stderr, result.stderr[-2000:]
     assert "closed at exit: True" in result.stdout

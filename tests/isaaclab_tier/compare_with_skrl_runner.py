@@ -1,0 +1,139 @@
+"""Our CLI vs skrl's own ``Runner`` on a real Isaac Lab 3 task, with the same registered skrl config, env steps and
+seeds: mean training return (last iterations) and SPS of each. Not a test (it takes minutes); docs/isaac-sim.md
+quotes its output. Run it in the Isaac Lab tier's venv, from the repository root:
+
+    OMNI_SFP_ISAACLAB_TIER=1 <venv>/bin/python tests/isaaclab_tier/compare_with_skrl_runner.py \\
+        --num-envs 64 --iterations 50 --seeds 1 2
+
+Both sides: ``Isaac-Cartpole-Direct`` from its registered env config (Newton, CPU) with ``num_envs`` envs and
+``seed``; the agent from its registered ``skrl_cfg_entry_point`` (ours through omni_sfp.upstream, skrl's as is)
+for ``iterations * agent.rollouts`` env steps. Mean return: the mean undiscounted return of the episodes that
+finished in each iteration, averaged over the last ``--last`` iterations (omni_sfp's progress file for ours; the
+same bookkeeping around the env for skrl's). SPS: env steps over the training loop's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TASK = "Isaac-Cartpole-Direct"
+
+
+def assets() -> None:
+    sys.path.insert(0, str(HERE))
+    import standin_assets
+
+    root = Path(os.environ.get("OMNI_SFP_ISAACLAB_ASSETS") or Path(tempfile.gettempdir()) / "omni-sfp-isaaclab-assets")
+    os.environ["ISAACSIM_ASSET_ROOT"] = str(standin_assets.make(root))
+
+
+def ours(seed: int, num_envs: int, iterations: int, workdir: Path) -> dict:
+    progress = workdir / f"ours-{seed}.jsonl"
+    command = [sys.executable, "-m", "omni_sfp.train", f"task={TASK}", "device=cpu", f"num_envs={num_envs}",
+               f"max_iterations={iterations}", f"seed={seed}", f"runs_dir={workdir / 'runs'}",
+               f"progress_file={progress}"]
+    result = subprocess.run(command, check=False, capture_output=True, text=True, env=os.environ.copy())
+    if result.returncode:
+        raise SystemExit(f"our CLI failed ({result.returncode}): {result.stderr[-3000:]}")
+    summary = re.search(r"Training time: ([\d.]+) s \| SPS: (\d+) \| SFP cache hits: ([\d.]+%|off)", result.stdout)
+    returns = [json.loads(line)["mean_return"] for line in progress.read_text().splitlines()]
+    return {"returns": returns, "sps": float(summary.group(2)), "time_s": float(summary.group(1)),
+            "cache_hits": summary.group(3), "command": " ".join(command[1:])}
+
+
+def skrl_runner(seed: int, num_envs: int, iterations: int) -> dict:
+    """skrl's Runner as Isaac Lab's skrl train entry point drives it (registered config, seed, timesteps)."""
+    import gymnasium
+    import isaaclab_tasks  # noqa: F401
+    import torch
+    from isaaclab.app import launch_simulation
+    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry, parse_env_cfg
+    from skrl.envs.wrappers.torch import wrap_env
+    from skrl.utils.runner.torch import Runner
+
+    agent_cfg = load_cfg_from_registry(TASK, "skrl_cfg_entry_point")
+    rollouts = agent_cfg["agent"]["rollouts"]
+    agent_cfg["seed"] = seed
+    agent_cfg["trainer"]["timesteps"] = iterations * rollouts
+    agent_cfg["trainer"]["close_environment_at_exit"] = False
+    agent_cfg["trainer"]["disable_progressbar"] = True
+    env_cfg = parse_env_cfg(TASK, device="cpu", num_envs=num_envs)
+    env_cfg.seed = seed
+    with launch_simulation(env_cfg, {"headless": True, "device": "cpu"}):
+        env = wrap_env(gymnasium.make(TASK, cfg=env_cfg), wrapper="isaaclab")
+        returns, episode, finished, steps = [], torch.zeros(num_envs, 1), [0.0, 0], [0]
+        step = env.step
+
+        def recording_step(actions):
+            obs, reward, terminated, truncated, info = step(actions)
+            episode.add_(reward)
+            done = terminated | truncated
+            finished[0] += float(episode[done].sum())
+            finished[1] += int(done.sum())
+            episode[done] = 0.0
+            steps[0] += 1
+            if steps[0] % rollouts == 0:
+                returns.append(finished[0] / finished[1] if finished[1] else None)
+                finished[:] = [0.0, 0]
+            return obs, reward, terminated, truncated, info
+
+        env.step = recording_step
+        runner = Runner(env, agent_cfg)
+        start = time.perf_counter()
+        runner.run()
+        elapsed = time.perf_counter() - start
+        env.close()
+    return {"returns": returns, "sps": iterations * rollouts * num_envs / elapsed, "time_s": elapsed}
+
+
+def mean_last(returns: list, last: int) -> float:
+    values = [r for r in returns[-last:] if r is not None]
+    return statistics.fmean(values) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--last", type=int, default=10, help="iterations averaged for the mean return")
+    parser.add_argument("--skrl-only", type=int, default=None, help=argparse.SUPPRESS)  # one skrl run, in-process
+    args = parser.parse_args()
+    assets()
+    if args.skrl_only is not None:
+        print(json.dumps(skrl_runner(args.skrl_only, args.num_envs, args.iterations)))
+        return
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for seed in args.seeds:
+            mine = ours(seed, args.num_envs, args.iterations, Path(workdir))
+            child = subprocess.run([sys.executable, __file__, "--skrl-only", str(seed), "--num-envs", str(args.num_envs),
+                                    "--iterations", str(args.iterations)], capture_output=True, text=True,
+                                   check=False, env=os.environ.copy())
+            if child.returncode:
+                raise SystemExit(f"skrl's Runner failed: {child.stderr[-3000:]}")
+            theirs = json.loads(child.stdout.strip().splitlines()[-1])
+            rows.append((seed, mine, theirs))
+            print(f"seed {seed}: omni_sfp mean return {mean_last(mine['returns'], args.last):.2f}, "
+                  f"SPS {mine['sps']:.0f}, SFP cache hits {mine['cache_hits']} | skrl Runner mean return "
+                  f"{mean_last(theirs['returns'], args.last):.2f}, SPS {theirs['sps']:.0f}", flush=True)
+    print(f"{TASK}, {args.num_envs} envs, {args.iterations} iterations, mean return over the last {args.last}:")
+    for name, index in (("omni_sfp", 1), ("skrl Runner", 2)):
+        means = [mean_last(row[index]["returns"], args.last) for row in rows]
+        sps = [row[index]["sps"] for row in rows]
+        print(f"  {name:12s} mean return {statistics.fmean(means):8.2f} (per seed {', '.join(f'{m:.2f}' for m in means)})"
+              f" | SPS {statistics.fmean(sps):6.0f} (per seed {', '.join(f'{s:.0f}' for s in sps)})")
+
+
+if __name__ == "__main__":
+    main()
