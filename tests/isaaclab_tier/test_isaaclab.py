@@ -126,14 +126,15 @@ def test_env_is_closed_at_exit_after_an_error(tmp_path):
         f"""
         import atexit
         from omni_sfp import registry
-        env = registry.make_env({CARTPOLE!r}, num_envs=2, device="cpu", seed=0)
-        unwrapped = env._unwrapped
-        atexit.register(lambda: print("closed at exit:", unwrapped._is_closed, flush=True))  # runs last
+        made = {{}}
+        # atexit runs last-registered first: this one runs after the adapter's, which make_env registers
+        atexit.register(lambda: print("closed at exit:", made["env"]._unwrapped._is_closed, flush=True))
+        made["env"] = registry.make_env({CARTPOLE!r}, num_envs=2, device="cpu", seed=0)
         raise RuntimeError("training failed")
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                            env=os.environ.copy())
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path,
+                            timeout=600, env=os.environ.copy())
     assert result.returncode == 1 and "training failed" in result.stderr, result.stderr[-2000:]
     assert "closed at exit: True" in result.stdout
 
@@ -158,7 +159,7 @@ def test_isaac_ids_take_their_registered_skrl_config_and_num_envs(capsys):
 def test_isaac_ant_prints_the_upstream_settings_it_took(capsys):
     cfg = load_config(["task=Isaac-Ant", "num_envs=32"])
     out = capsys.readouterr().out
-    assert "[omni_sfp] Isaac-Ant: " in out and "train.ppo.rollouts=" in out and "skrl_ppo_cfg.yaml" in out
+    assert "[omni_sfp] Isaac-Ant: " in out and "train.ppo.rollouts=" in out and "ant.agents:skrl_manager_ppo_cfg.yaml" in out
     assert cfg.num_envs == 32 and "task.env.num_envs" not in cfg.task.upstream  # the command line wins
 
 
