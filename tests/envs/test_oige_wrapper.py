@@ -229,11 +229,11 @@ def test_step_shapes_dtypes_and_devices():
 
 
 def test_time_outs_are_truncations_and_failures_terminations():
-    env, _ = make(max_episode_length=6)  # resets at progress_buf >= 5
+    env, _ = make(max_episode_length=7)  # resets at progress_buf >= 6
     env.reset()  # the reset step counts: progress is 1
     push = torch.zeros(NUM_ENVS, ACT)
-    push[:2] = 1.0  # envs 0 and 1 accelerate out of |x| <= 2 before the time limit
-    flags = [env.step(push)[2:4] for _ in range(4)]  # progress 2..5: the time limit is the 4th step
+    push[:2] = 1.0  # envs 0 and 1 accelerate out of |x| <= 2 (at progress 5) before the time limit
+    flags = [env.step(push)[2:4] for _ in range(5)]  # progress 2..6: the time limit is the 5th step
     terminated = torch.stack([f[0][:, 0] for f in flags])  # (steps, envs)
     truncated = torch.stack([f[1][:, 0] for f in flags])
     assert terminated[:, :2].any(dim=0).all() and not truncated[:, :2].any()  # failed: terminated only
