@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--last", type=int, default=10, help="iterations averaged for the mean return")
+    parser.add_argument("--out", type=Path, default=None, help="also write every per-iteration return here (JSON)")
     parser.add_argument("--skrl-only", type=int, default=None, help=argparse.SUPPRESS)  # one skrl run, in-process
     args = parser.parse_args()
     assets()
@@ -117,9 +118,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         for seed in args.seeds:
             mine = ours(seed, args.num_envs, args.iterations, Path(workdir))
-            child = subprocess.run([sys.executable, __file__, "--skrl-only", str(seed), "--num-envs", str(args.num_envs),
-                                    "--iterations", str(args.iterations)], capture_output=True, text=True,
-                                   check=False, env=os.environ.copy())
+            command = [sys.executable, str(Path(__file__).resolve()), "--skrl-only", str(seed),
+                       "--num-envs", str(args.num_envs), "--iterations", str(args.iterations)]
+            child = subprocess.run(command, capture_output=True, text=True, check=False, cwd=workdir,
+                                   env=os.environ.copy())  # cwd: skrl logs to ./<experiment directory>
             if child.returncode:
                 raise SystemExit(f"skrl's Runner failed: {child.stderr[-3000:]}")
             theirs = json.loads(child.stdout.strip().splitlines()[-1])
@@ -127,6 +129,8 @@ def main() -> None:
             print(f"seed {seed}: omni_sfp mean return {mean_last(mine['returns'], args.last):.2f}, "
                   f"SPS {mine['sps']:.0f}, SFP cache hits {mine['cache_hits']} | skrl Runner mean return "
                   f"{mean_last(theirs['returns'], args.last):.2f}, SPS {theirs['sps']:.0f}", flush=True)
+    if args.out is not None:
+        args.out.write_text(json.dumps([{"seed": seed, "omni_sfp": mine, "skrl": theirs} for seed, mine, theirs in rows]))
     print(f"{TASK}, {args.num_envs} envs, {args.iterations} iterations, mean return over the last {args.last}:")
     for name, index in (("omni_sfp", 1), ("skrl Runner", 2)):
         means = [mean_last(row[index]["returns"], args.last) for row in rows]
