@@ -253,10 +253,12 @@ def _enter(start: Any) -> Any:
     except SystemExit as error:  # AppLauncher / Kit's launcher log the reason, then sys.exit(1)
         raise IsaacLabError(f"Isaac Lab could not start Isaac Sim (it exited with {error.code}); this env config "
                             "needs Kit (a Kit physics backend, renderer or camera): install Isaac Sim 5+ "
-                            "(pip install isaaclab[isaacsim]), or use a kit-less backend (physics=newton_mjwarp, the default)") from None
+                            "(pip install isaaclab[isaacsim]), or use a kit-less backend "
+                            "(physics=newton_mjwarp, the default)") from None
     except (ImportError, ModuleNotFoundError) as error:
         raise IsaacLabError(f"Isaac Lab could not start Isaac Sim: {error}; install Isaac Sim (pip install "
-                            "isaaclab[isaacsim]) or use a kit-less backend (physics=newton_mjwarp, the default)") from None
+                            "isaaclab[isaacsim]) or use a kit-less backend (physics=newton_mjwarp, the "
+                            "default)") from None
 
 
 def make_isaaclab_env(

@@ -27,10 +27,10 @@ class OmniIsaacGymWrapper(Wrapper):
       finished episode's length when ``step`` returns (it is zeroed in the next ``pre_physics_step``).
 
     Mapping: ``terminated = resets & ~time_outs``, ``truncated = resets & time_outs``, where ``time_outs`` is
-    the task's ``extras["time_outs"]`` or, where absent, ``progress_buf >= max_episode_length - 1`` (a reset
-    that is also a failure on the episode's last step counts as a time-out, as in rl_games' OIGE runs with
-    ``value_bootstrap``); a task with neither only terminates. Resets are the env's own: a task resets the envs it flagged at the start of
-    its next step, so the observation returned with a reset is the episode's last one (what skrl's
+    the task's ``extras["time_outs"]`` or, where absent, ``progress_buf >= max_episode_length - 1`` (a failure on
+    the episode's last step then counts as a time-out: the task's buffers cannot tell them apart); a task with
+    neither only terminates. Resets are the env's own: a task resets the envs it flagged at the start of its next
+    step, so the observation returned with a reset is the episode's last one (what skrl's
     ``time_limit_bootstrap`` needs) and this wrapper never calls ``reset()`` after the first. Tensors are
     copied out: OmniIsaacGymEnvs tasks write their buffers in place, and skrl (and the single-forward-pass
     cache's identity check) must not see a returned tensor change under them.

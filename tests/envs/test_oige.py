@@ -30,7 +30,8 @@ def test_oige_tasks_register_through_the_entry_point_and_keep_their_names(oige_d
     assert registry.list_tasks("oige") == ["Ant", "CartpoleCamera", "FactoryTaskNutBoltPick", "OIGE-Cartpole"]
     spec = registry.get_task("Ant")
     assert spec.kind == "oige" and spec.entry_point == "omni_sfp.envs.oige:make_oige_env"
-    assert oige.register_oige_tasks() == ["Ant", "OIGE-Cartpole", "CartpoleCamera", "FactoryTaskNutBoltPick"]  # idempotent
+    again = oige.register_oige_tasks()  # idempotent
+    assert again == ["Ant", "OIGE-Cartpole", "CartpoleCamera", "FactoryTaskNutBoltPick"]
     assert registry.get_task("Cartpole").kind == "embedded"
 
 
@@ -78,7 +79,7 @@ def test_oige_config_resolves_like_rlgames_train(oige_double):
 
 
 def test_task_overrides_must_name_an_existing_task_key(oige_double):
-    with pytest.raises(oige.OIGEError, match=r"task.env.envSpcing: OmniIsaacGymEnvs' task/Ant.yaml has no env.envSpcing"):
+    with pytest.raises(oige.OIGEError, match=r"task.env.envSpcing: OmniIsaacGymEnvs' task/Ant.yaml has no env"):
         oige.oige_config("Ant", num_envs=4, seed=0, headless=True, device_keys=oige.devices("cpu", False),
                          task_cfg={"envSpcing": 2.5})
 
@@ -197,7 +198,8 @@ def test_the_env_is_closed_at_exit(tmp_path):
         """
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path, env=env)
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path,
+                            env=env)
     assert result.returncode == 1 and "training failed" in result.stderr
     assert "closed at exit: True" in result.stdout
 

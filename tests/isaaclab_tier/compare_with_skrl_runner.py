@@ -130,12 +130,14 @@ def main() -> None:
                   f"SPS {mine['sps']:.0f}, SFP cache hits {mine['cache_hits']} | skrl Runner mean return "
                   f"{mean_last(theirs['returns'], args.last):.2f}, SPS {theirs['sps']:.0f}", flush=True)
     if args.out is not None:
-        args.out.write_text(json.dumps([{"seed": seed, "omni_sfp": mine, "skrl": theirs} for seed, mine, theirs in rows]))
+        runs = [{"seed": seed, "omni_sfp": mine, "skrl": theirs} for seed, mine, theirs in rows]
+        args.out.write_text(json.dumps(runs))
     print(f"{TASK}, {args.num_envs} envs, {args.iterations} iterations, mean return over the last {args.last}:")
     for name, index in (("omni_sfp", 1), ("skrl Runner", 2)):
         means = [mean_last(row[index]["returns"], args.last) for row in rows]
         sps = [row[index]["sps"] for row in rows]
-        print(f"  {name:12s} mean return {statistics.fmean(means):8.2f} (per seed {', '.join(f'{m:.2f}' for m in means)})"
+        per_seed = ", ".join(f"{m:.2f}" for m in means)
+        print(f"  {name:12s} mean return {statistics.fmean(means):8.2f} (per seed {per_seed})"
               f" | SPS {statistics.fmean(sps):6.0f} (per seed {', '.join(f'{s:.0f}' for s in sps)})")
 
 
