@@ -57,7 +57,8 @@ def build_parser() -> Parser:
     timing = parser.add_argument_group("timing (default mode)")
     timing.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="cpu (default): big network sized for 2 CPU cores, under 10 minutes; reference: the "
-                             "reference table's sizes, for a GPU; quick: tiny, seconds")
+                             "reference table's sizes, for a GPU; cartpole: the default training run's small network "
+                             "on Cartpole (rollout SPS); quick: tiny, seconds")
     timing.add_argument("--quick", action="store_true", help="the quick preset")
     timing.add_argument("--units", type=_units, help="trunk layer sizes, e.g. 256,128,64")
     timing.add_argument("--envs", type=_positive, help="number of environments")
@@ -187,7 +188,7 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
                         episode_length=args.episode_length)
     try:
         work.check()
-        rows = select_rows(args.rows)
+        rows = select_rows(args.rows, preset)
     except ValueError as error:
         parser.error(str(error))
     if any(row.framework == "rlgames" for row in rows) and importlib.util.find_spec("rl_games") is None:
@@ -196,7 +197,8 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
     repetitions = args.repetitions or default_repetitions
 
     recording, replay = None, None
-    meta["env"] = f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
+    meta["env"] = (f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
+                   if work.task == "ConstantCost" else f"{work.task} (embedded), {work.episode_length}-step time limit")
     if args.replay:
         from omni_sfp.bench.replay import record
 

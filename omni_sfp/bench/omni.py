@@ -19,7 +19,7 @@ def _flag(value: bool) -> str:
 def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
     """The training config of a row as ``python -m omni_sfp.train`` overrides, validated like any user's."""
     return load_config([
-        "task=ConstantCost",
+        f"task={work.task}",
         f"num_envs={work.num_envs}",
         f"device={device}",
         f"seed={seed}",
