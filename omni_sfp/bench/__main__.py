@@ -29,8 +29,10 @@ QUALITY_TASKS = "Cartpole,LQR60x8"  # learnable embedded tasks: balancing, and A
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage dump), as ``omni_sfp.train`` reports them."""
 
+    name = "omni_sfp.bench"
+
     def error(self, message: str):
-        print(f"omni_sfp.bench: error: {message}", file=sys.stderr)
+        print(f"{self.name}: error: {message}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
 
 

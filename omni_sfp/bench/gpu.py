@@ -31,8 +31,12 @@ START, END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 
+class GPUParser(Parser):
+    name = "omni_sfp.bench.gpu"
+
+
 def build_parser() -> Parser:
-    parser = Parser(prog="python -m omni_sfp.bench.gpu", description=__doc__.split("\n\n")[0])
+    parser = GPUParser(prog="python -m omni_sfp.bench.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--quick", action="store_true", help="the quick preset instead of the reference one")
     parser.add_argument("--updates", type=_positive, help="timed updates per run (reference preset: 240 = 3840 steps)")

@@ -110,13 +110,13 @@ def test_medians_slowing_factors_speedup_and_targets_from_hand_made_numbers():
     assert entries["omni-double-fp32"]["sfp_speedup"] is None and entries["rlgames-fp32"]["vs_rlgames_fp32"] == 1.0
 
     found = {t["name"]: t for t in report.targets(list(entries.values()), work)}
-    assert found["omni-sfp vs rl_games, fp32"]["value"] == pytest.approx(10 / 12)
-    assert found["omni-sfp vs rl_games, fp32"]["met"] is True  # 0.833 <= 0.95 (not the small network)
-    assert found["SFP speedup over double pass, fp32"]["met"] is True  # 2.0 >= 1.9
-    assert found["omni-sfp vs compute floor, fp32"]["met"] is False  # 1.25 > 1.05
-    assert "omni-sfp vs rl_games, mixed precision" not in found  # its row did not run
+    assert found["omni-sfp vs rl_games, fp32 (issue 7)"]["value"] == pytest.approx(10 / 12)
+    assert found["omni-sfp vs rl_games, fp32 (issue 7)"]["met"] is True  # 0.833 <= 0.95 (not the small network)
+    assert found["SFP speedup over double pass, fp32 (issue 14)"]["met"] is True  # 2.0 >= 1.92
+    assert found["omni-sfp vs compute floor, fp32 (issue 14)"]["met"] is False  # 1.25 > 1.02
+    assert "omni-sfp vs rl_games, mixed precision (issue 14)" not in found  # its row did not run
     small = dataclasses.replace(work, units=(256, 128, 64))
-    assert next(t for t in report.targets(list(entries.values()), small) if t["name"].endswith("fp32"))["met"] is False
+    assert next(t for t in report.targets(list(entries.values()), small) if "rl_games, fp32" in t["name"])["met"] is False
 
 
 def test_row_selection_and_the_precision_each_row_really_computes():
