@@ -98,6 +98,7 @@ class Row:
     mixed_precision: bool
     single_forward_pass: bool
     time_limit_bootstrap: bool
+    compile: bool = False  # omni-sfp: train.models.compile (the trunk through torch.compile)
 
     @property
     def precision(self) -> str:
@@ -115,6 +116,8 @@ class Row:
         parts.append(self.precision)
         if self.time_limit_bootstrap and self.framework in ("omni", "skrl"):
             parts.append("+ bootstrap")
+        if self.compile:
+            parts.append("torch.compile")
         return ", ".join(parts)
 
 
@@ -140,6 +143,7 @@ def _rows() -> dict[str, Row]:
         for tlb in (False, True):
             for p in ("fp32", "mixed"):
                 rows.append(Row(f"{name}-{p}{'-tlb' if tlb else ''}", framework, p == "mixed", sfp, tlb))
+    rows += [Row(f"omni-sfp-{p}-compiled", "omni", p == "mixed", True, False, compile=True) for p in ("fp32", "mixed")]
     rows += [Row(f"floor-{p}", "floor", p == "mixed", True, False) for p in ("fp32", "mixed")]
     rows += [Row(f"ceiling-{p}", "ceiling", p == "mixed", True, False) for p in ("fp32", "mixed")]
     return {row.id: row for row in rows}
@@ -147,8 +151,9 @@ def _rows() -> dict[str, Row]:
 
 ROWS: dict[str, Row] = _rows()
 # The default table: everything but the double pass with bootstrap (its cost is the double pass plus one more
-# forward per step, which says nothing new); ``--rows all`` adds it.
-DEFAULT_ROWS: tuple[str, ...] = tuple(r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb")))
+# forward per step, which says nothing new), nor the compiled rows (their first update compiles: tens of seconds on a CPU); ``--rows all`` adds them.
+DEFAULT_ROWS: tuple[str, ...] = tuple(r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb"))
+                                      and not r.endswith("-compiled"))
 
 
 # The cartpole preset's default: the small-network pair of issue 14, with the floor and ceiling for scale.

@@ -26,6 +26,7 @@ def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
         f"max_iterations={work.total_updates}",
         f"train.models.units=[{','.join(map(str, work.units))}]",
         f"train.models.activation={work.activation}",
+        f"train.models.compile={_flag(row.compile)}",
         f"train.mixed_precision={_flag(row.mixed_precision)}",
         "train.sfp.enabled=true",
         f"train.sfp.cache_check={'auto' if row.single_forward_pass else 'off'}",
@@ -58,7 +59,7 @@ def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Ca
     trainer = SFPTrainer(env=env, agent=agent, timesteps=work.total_updates * work.horizon,
                          on_iteration=lambda progress: on_update(), stop=StopRequested(), disable_progressbar=True)
     trainer.train()
-    info = {"fused_adam": bool(agent.optimizer.defaults.get("fused"))}  # train.ppo.fused_optimizer, where present
+    info = {"fused_adam": bool(agent.optimizer.defaults.get("fused")), "torch_compile": row.compile}  # train.ppo.fused_optimizer, where present
     if row.single_forward_pass:
         info["sfp_hit_rate"] = agent.sfp_share_rate
     return info

@@ -45,6 +45,8 @@ def summarize(rows: list[Row], runs: dict[str, list[dict[str, Any]]], work: Work
                                                  for run in runs[row.id]])
             entries[-1]["learning_s"] = spread([sum(run["learning_seconds"]) / len(run["learning_seconds"])
                                                 for run in runs[row.id]])
+        if all("first_update_s" in run for run in runs[row.id]):
+            entries[-1]["first_update_s"] = spread([run["first_update_s"] for run in runs[row.id]])
         flops = runs[row.id][0].get("flops_per_update")
         entries[-1]["tflops"] = None if flops is None else flops / entries[-1]["update_s"]["median"] / 1e12
     median = {e["id"]: e["run_s"]["median"] for e in entries}
@@ -88,6 +90,24 @@ def targets(entries: list[dict[str, Any]], work: Work) -> list[dict[str, Any]]:
                              "rollout SPS omni-sfp-fp32 / rlgames-fp32",
                              ratio(sps.get("omni-sfp-fp32"), sps.get("rlgames-fp32")), ">=", 1.20))
     return [target for target in found if target is not None]
+
+
+def compile_payback(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per compiled row with its eager twin in the table: what compiling costs once (the difference of their
+    first updates, which include building and first calls) and saves per update, and after how many updates
+    it has paid back (the number ``omni_sfp.compile_policy`` decides with)."""
+    by_id = {e["id"]: e for e in entries}
+    found = []
+    for entry in entries:
+        eager = by_id.get(entry["id"].removesuffix("-compiled"))
+        if not entry["id"].endswith("-compiled") or eager is None or "first_update_s" not in entry:
+            continue
+        compile_s = entry["first_update_s"]["median"] - eager["first_update_s"]["median"]
+        saved_s = eager["update_s"]["median"] - entry["update_s"]["median"]
+        found.append({"row": entry["id"], "compile_s": compile_s, "saved_per_update_s": saved_s,
+                      "saving": saved_s / eager["update_s"]["median"],
+                      "payback_updates": compile_s / saved_s if saved_s > 0 else None})
+    return found
 
 
 def _target(name: str, what: str, value: float | None, op: str, limit: float) -> dict[str, Any] | None:
@@ -159,6 +179,14 @@ def markdown(report: dict[str, Any]) -> str:
         for t in report["targets"]:
             lines.append(f"| {t['name']} | {t['ratio']} | {t['value']:.3f}x | {t['target']} | "
                          f"{'yes' if t['met'] else 'no'} |")
+    payback = compile_payback(report["rows"])
+    if payback:
+        lines += ["", "torch.compile of the trunk against the same row eager (medians):", "",
+                  "| row | compile cost | saved per update | pays back after |", "|---|---|---|---|"]
+        for p in payback:
+            after = "never" if p["payback_updates"] is None else f"{p['payback_updates']:.0f} updates"
+            lines.append(f"| {p['row']} | {p['compile_s']:.1f} s | {p['saved_per_update_s']:.3f} s "
+                         f"({100 * p['saving']:.1f}%) | {after} |")
     frameworks = {e["framework"] for e in report["rows"]}
     lines += ["", "Work that cannot be aligned:", ""]
     for framework, items in UNALIGNED.items():

@@ -73,6 +73,7 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
     if row.framework == "ceiling":
         return _ceiling(row, work, env)
     rollout_clock = RolloutClock(env, work.horizon)
+    start = time.perf_counter()  # building the row's trainer and its first update: first calls, compiling
     if row.framework == "omni":
         from omni_sfp.bench.omni import run_omni
 
@@ -101,6 +102,7 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
         timing = {"rollout_seconds": rollouts, "learning_seconds": learning}
     return {
         **timing,
+        "first_update_s": clock.times[0] - start,
         "flops_per_update": update_flops(work, env.observation_space.shape[0], env.action_space.shape[0]),
         "row": row.id,
         "seconds": ends[-1] - ends[0],

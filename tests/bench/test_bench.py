@@ -36,6 +36,8 @@ def quick_runs(tmp_path_factory):
     runs = {}
     try:
         for row in ROWS.values():
+            if row.compile:
+                continue  # compiling costs tens of seconds; tests/bench/test_issue14.py covers the report's side
             if row.framework == "rlgames":
                 if HAS_RLGAMES:
                     runs[row.id] = run_worker(row, QUICK, device="cpu", seed=0, threads=1, replay=None,
@@ -49,7 +51,7 @@ def quick_runs(tmp_path_factory):
 
 @pytest.mark.slow
 def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(quick_runs, tmp_path):
-    expected = [r for r in ROWS if HAS_RLGAMES or not r.startswith("rlgames")]
+    expected = [r for r in ROWS if (HAS_RLGAMES or not r.startswith("rlgames")) and not ROWS[r].compile]
     assert sorted(quick_runs) == sorted(expected)
     for row_id, run in quick_runs.items():
         assert run["seconds"] > 0 and math.isfinite(run["seconds"]), row_id
