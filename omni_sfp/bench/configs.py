@@ -151,7 +151,8 @@ def _rows() -> dict[str, Row]:
 
 ROWS: dict[str, Row] = _rows()
 # The default table: everything but the double pass with bootstrap (its cost is the double pass plus one more
-# forward per step, which says nothing new), nor the compiled rows (their first update compiles: tens of seconds on a CPU); ``--rows all`` adds them.
+# forward per step, which says nothing new) and the compiled rows (their first update compiles: tens of
+# seconds on a CPU); ``--rows all`` adds them.
 DEFAULT_ROWS: tuple[str, ...] = tuple(r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb"))
                                       and not r.endswith("-compiled"))
 

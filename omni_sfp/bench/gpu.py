@@ -11,7 +11,6 @@ stays tested without a GPU. Bad arguments: one line, exit code 2.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import importlib.util

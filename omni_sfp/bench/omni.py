@@ -59,7 +59,8 @@ def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Ca
     trainer = SFPTrainer(env=env, agent=agent, timesteps=work.total_updates * work.horizon,
                          on_iteration=lambda progress: on_update(), stop=StopRequested(), disable_progressbar=True)
     trainer.train()
-    info = {"fused_adam": bool(agent.optimizer.defaults.get("fused")), "torch_compile": row.compile}  # train.ppo.fused_optimizer, where present
+    # fused Adam: train.ppo.fused_optimizer, where present
+    info = {"fused_adam": bool(agent.optimizer.defaults.get("fused")), "torch_compile": row.compile}
     if row.single_forward_pass:
         info["sfp_hit_rate"] = agent.sfp_share_rate
     return info

@@ -80,10 +80,8 @@ def targets(entries: list[dict[str, Any]], work: Work) -> list[dict[str, Any]]:
                        limit))
     for p, limit in (("fp32", 1.02), ("mixed", 1.03)):
         wanted.append((f"omni-sfp vs compute floor, {p} (issue 14)", f"omni-sfp-{p}", f"floor-{p}", "<=", limit))
-    found = []
-    for name, numerator, denominator, op, limit in wanted:
-        found.append(_target(name, f"{numerator} / {denominator}", ratio(median.get(numerator), median.get(denominator)),
-                             op, limit))
+    found = [_target(name, f"{numerator} / {denominator}", ratio(median.get(numerator), median.get(denominator)), op,
+                     limit) for name, numerator, denominator, op, limit in wanted]
     sps = {e["id"]: e["rollout_sps"]["median"] for e in entries if "rollout_sps" in e}
     if work.task == "Cartpole":
         found.append(_target("rollout SPS, omni-sfp vs rl_games, fp32 (issue 14)",

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from omni_sfp.bench.ceiling import measure_ceiling, update_flops
 from omni_sfp.bench.configs import ROWS, Row, Work, precision_effect
 
 
@@ -94,8 +95,6 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
     if len(clock.times) != work.total_updates:
         raise RuntimeError(f"row {row.id}: {len(clock.times)} updates timed, expected {work.total_updates}")
     ends = clock.times[work.warmup_updates - 1:]
-    from omni_sfp.bench.ceiling import update_flops
-
     timing = {}
     if len(rollout_clock.times) >= work.total_updates:  # the floor steps no env
         rollouts, learning = split(clock.times, rollout_clock.times[:work.total_updates], work.warmup_updates)
@@ -115,12 +114,11 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
 
 def _ceiling(row: Row, work: Work, env) -> dict[str, Any]:
     """The GEMM ceiling in the shape of a timed run: ``updates`` updates at the ceiling's time each."""
-    from omni_sfp.bench.ceiling import measure_ceiling
-
     info = measure_ceiling(work, env.observation_space.shape[0], env.action_space.shape[0],
                            mixed_precision=row.mixed_precision, device=env.device)
-    return {"row": row.id, "flops_per_update": info["flops_per_update"], "seconds": info["update_s"] * work.updates, "update_seconds": [info["update_s"]] * work.updates,
-            "threads": torch.get_num_threads(), "precision": precision_effect(row, env.device.type), "info": info}
+    return {"row": row.id, "flops_per_update": info["flops_per_update"], "seconds": info["update_s"] * work.updates,
+            "update_seconds": [info["update_s"]] * work.updates, "threads": torch.get_num_threads(),
+            "precision": precision_effect(row, env.device.type), "info": info}
 
 
 def main(argv: list[str]) -> int:
