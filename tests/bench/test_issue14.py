@@ -15,7 +15,8 @@ from omni_sfp.bench import report
 from omni_sfp.bench.ceiling import Product, measure_ceiling, update_flops, update_products
 from omni_sfp.bench.coldstart import time_to_first_iteration
 from omni_sfp.bench.configs import PRESETS, ROWS, Work, select_rows
-from omni_sfp.bench.gpu import END, START, main as gpu_main, write_section
+from omni_sfp.bench.gpu import END, START, write_section
+from omni_sfp.bench.gpu import main as gpu_main
 from omni_sfp.bench.worker import RolloutClock, split
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +83,7 @@ def test_tflops_ceiling_fraction_rollout_sps_and_the_cartpole_target_from_hand_m
                                                                      "ceiling-fp32")]
 
 
+@pytest.mark.slow
 def test_cold_start_splits_the_wall_time_at_the_first_iteration():
     result = time_to_first_iteration(["num_envs=8", "train.ppo.rollouts=4", "train.ppo.mini_batches=1",
                                       "train.ppo.learning_epochs=1"], threads=1)
@@ -90,6 +92,7 @@ def test_cold_start_splits_the_wall_time_at_the_first_iteration():
     assert result["cpu_s"] > 0 or math.isnan(result["cpu_s"])
 
 
+@pytest.mark.slow
 def test_an_eager_optimizer_never_imports_dynamo_and_steps_exactly_as_torchs_own():
     """In a fresh interpreter (this one has dynamo imported already): the deferred guards and the eager step
     train a model to the same bits as torch's own step, with an LR scheduler and no warning."""
@@ -126,6 +129,7 @@ def test_an_eager_optimizer_never_imports_dynamo_and_steps_exactly_as_torchs_own
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_gpu_script_runs_on_cpu_and_rewrites_only_its_section(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# Benchmarks\n\nbefore\n\n{START}\nold table\n{END}\n\nafter\n")
