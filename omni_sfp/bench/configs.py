@@ -199,7 +199,7 @@ UNALIGNED: dict[str, list[str]] = {
     ],
     "skrl": [
         "driven by skrl's own SequentialTrainer (per-step timing bookkeeping); the omni-sfp rows by the "
-        "product's SFPTrainer",
+        "product's loop (omni_sfp/loop.py Learner)",
         "its time-limit bootstrap runs a value-only trunk forward on every step where some env truncated "
         "(one host sync per step for truncated.any())",
     ],

@@ -1,4 +1,4 @@
-"""The omni-sfp rows: the product's own code path (validated config -> build_models -> build_agent -> SFPTrainer)."""
+"""The omni-sfp rows: the product's own code path (validated config -> build_models -> build_agent -> Learner)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from omegaconf import DictConfig
 
 from omni_sfp.bench.configs import Row, Work
 from omni_sfp.config import load_config
-from omni_sfp.runner import SFPTrainer, StopRequested, build_agent, build_models, resolve_device
+from omni_sfp.loop import Learner
+from omni_sfp.runner import build_agent, build_models, resolve_device
 
 
 def _flag(value: bool) -> str:
@@ -56,9 +57,7 @@ def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Ca
     torch_device = resolve_device(cfg.device)
     models = build_models(cfg, env, torch_device)
     agent = build_agent(cfg, env, models, torch_device, run_dir=None)
-    trainer = SFPTrainer(env=env, agent=agent, timesteps=work.total_updates * work.horizon,
-                         on_iteration=lambda progress: on_update(), stop=StopRequested(), disable_progressbar=True)
-    trainer.train()
+    Learner(env, agent, iterations=work.total_updates, log=lambda progress, losses: on_update()).learn()
     # fused Adam: train.ppo.fused_optimizer, where present
     info = {"fused_adam": bool(agent.optimizer.defaults.get("fused")), "torch_compile": row.compile}
     if row.single_forward_pass:
