@@ -78,9 +78,17 @@ def _run(argv: list[str]) -> int:
     try:
         cfg = load_config(argv)
         draw_seed(cfg)
+        if not cfg.train.models.compile:  # an eager run traces nothing: skip torch._dynamo's import (~4 s)
+            from omni_sfp.coldstart import defer_dynamo_import
+
+            defer_dynamo_import()
         from omni_sfp.runner import Runner, precision_note
 
         runner = Runner(cfg)
+        if not cfg.train.models.compile:
+            from omni_sfp.coldstart import eager_optimizer_step
+
+            eager_optimizer_step(runner.agent.optimizer)
     except bad_input as error:
         _error(error)
         return EXIT_USAGE

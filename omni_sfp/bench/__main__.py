@@ -29,8 +29,10 @@ QUALITY_TASKS = "Cartpole,LQR60x8"  # learnable embedded tasks: balancing, and A
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage dump), as ``omni_sfp.train`` reports them."""
 
+    name = "omni_sfp.bench"
+
     def error(self, message: str):
-        print(f"omni_sfp.bench: error: {message}", file=sys.stderr)
+        print(f"{self.name}: error: {message}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
 
 
@@ -57,7 +59,8 @@ def build_parser() -> Parser:
     timing = parser.add_argument_group("timing (default mode)")
     timing.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="cpu (default): big network sized for 2 CPU cores, under 10 minutes; reference: the "
-                             "reference table's sizes, for a GPU; quick: tiny, seconds")
+                             "reference table's sizes, for a GPU; cartpole: the default training run's small network "
+                             "on Cartpole (rollout SPS); quick: tiny, seconds")
     timing.add_argument("--quick", action="store_true", help="the quick preset")
     timing.add_argument("--units", type=_units, help="trunk layer sizes, e.g. 256,128,64")
     timing.add_argument("--envs", type=_positive, help="number of environments")
@@ -79,6 +82,11 @@ def build_parser() -> Parser:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--seed", type=int, default=0, help="seed of every timed run (quality: the first seed)")
     parser.add_argument("--out", default="bench_results", help="folder for the JSON, markdown and PNG outputs")
+    cold = parser.add_argument_group("cold start")
+    cold.add_argument("--cold-start", action="store_true",
+                      help="time `python -m omni_sfp.train` from the command to the end of its first iteration")
+    cold.add_argument("--train-args", default="", metavar="OVERRIDES",
+                      help="with --cold-start: the training overrides, e.g. 'task=LQR60x8 num_envs=256'")
     quality = parser.add_argument_group("quality")
     quality.add_argument("--quality", action="store_true", help="the quality evaluation instead of timing")
     quality.add_argument("--seeds", type=_positive, help="seeds per configuration (default 5)")
@@ -131,6 +139,16 @@ def _check_mode(parser: Parser, args: argparse.Namespace) -> None:
                    "--epochs": args.epochs, "--minibatch": args.minibatch, "--episode-length": args.episode_length}
     quality_only = {"--seeds": args.seeds, "--iterations": args.iterations,
                     "--quality-tasks": None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks}
+    if args.cold_start:
+        if args.quality:
+            parser.error("--cold-start and --quality are two modes: choose one")
+        misplaced = [flag for flag, value in {**timing_only, **quality_only}.items()
+                     if value is not None and flag != "--repetitions"]
+        if misplaced:
+            parser.error(f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply with --cold-start")
+        return
+    if args.train_args:
+        parser.error("--train-args applies only with --cold-start")
     misplaced = [flag for flag, value in (timing_only if args.quality else quality_only).items() if value is not None]
     if misplaced:
         parser.error(f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply "
@@ -154,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = _meta(device, threads, argv)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out)
+    if args.cold_start:
+        return _cold_start(args, threads, meta, out / f"coldstart-{stamp}", _log)
     if args.quality:
         return _quality(parser, args, device, threads, meta, out / f"quality-{stamp}", _log)
     return _timing(parser, args, device, threads, meta, out, stamp, _log)
@@ -170,7 +190,7 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
                         episode_length=args.episode_length)
     try:
         work.check()
-        rows = select_rows(args.rows)
+        rows = select_rows(args.rows, preset)
     except ValueError as error:
         parser.error(str(error))
     if any(row.framework == "rlgames" for row in rows) and importlib.util.find_spec("rl_games") is None:
@@ -179,7 +199,8 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
     repetitions = args.repetitions or default_repetitions
 
     recording, replay = None, None
-    meta["env"] = f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
+    meta["env"] = (f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
+                   if work.task == "ConstantCost" else f"{work.task} (embedded), {work.episode_length}-step time limit")
     if args.replay:
         from omni_sfp.bench.replay import record
 
@@ -213,6 +234,22 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
     paths = report_mod.save(report, out / f"bench-{preset}-{stamp}")
     print(report_mod.markdown(report))
     log(f"[bench] wrote {', '.join(map(str, paths))}")
+    return 0
+
+
+def _cold_start(args, threads, meta, stem: Path, log) -> int:
+    from omni_sfp.bench.coldstart import markdown, measure_cold_start
+
+    overrides = shlex.split(args.train_args)
+    repetitions = args.repetitions or 3
+    log(f"[bench] cold start: {repetitions} runs of python -m omni_sfp.train {' '.join(overrides)}")
+    summary = measure_cold_start(overrides, repetitions=repetitions, threads=threads)
+    meta["load_after"] = os.getloadavg()[0]
+    text = f"load average {meta['load_after']:.2f}; {meta['cpu']}, {threads} threads\n\n" + markdown(summary)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    stem.with_suffix(".md").write_text(text)
+    print(text)
     return 0
 
 

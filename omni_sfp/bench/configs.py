@@ -33,6 +33,7 @@ class Work:
     value_clip: float = 0.2  # rl_games clip_value (clips by e_clip)
     grad_norm_clip: float = 1.0  # rl_games truncate_grads + grad_norm
     rewards_scale: float = 0.1  # rl_games reward_shaper.scale_value, omni-sfp train.ppo.rewards_scale
+    task: str = "ConstantCost"  # the embedded task every row trains on (ConstantCost: fixed work per step)
 
     @property
     def batch_size(self) -> int:
@@ -77,6 +78,11 @@ PRESETS: dict[str, tuple[Work, int]] = {
     # as 4096 envs with 1000-step episodes do on a GPU.
     "cpu": (Work(units=BIG_NETWORK, num_envs=256, horizon=16, updates=2, warmup_updates=1, epochs=4,
                  minibatch_size=2048, episode_length=256), 3),
+    # The default training run (python -m omni_sfp.train: Cartpole, [256, 128, 64], 512 envs, 8 x 4 minibatches)
+    # on the same embedded Cartpole for every row: bound by per-step host work, not arithmetic. The table adds
+    # rollout SPS and learning seconds per update; its default rows are the omni-sfp / rl_games pair.
+    "cartpole": (Work(units=(256, 128, 64), num_envs=512, horizon=16, updates=8, warmup_updates=2, epochs=8,
+                      minibatch_size=2048, episode_length=500, task="Cartpole"), 3),
     # Tiny: every row end to end in seconds (tests, smoke runs); the numbers mean nothing.
     "quick": (Work(units=(32, 32), num_envs=16, horizon=8, updates=2, warmup_updates=1, epochs=2,
                    minibatch_size=64, episode_length=16), 3),
@@ -88,10 +94,11 @@ class Row:
     """One configuration of the table."""
 
     id: str
-    framework: str  # "rlgames" | "omni" | "skrl" | "floor"
+    framework: str  # "rlgames" | "omni" | "skrl" | "floor" | "ceiling"
     mixed_precision: bool
     single_forward_pass: bool
     time_limit_bootstrap: bool
+    compile: bool = False  # omni-sfp: train.models.compile (the trunk through torch.compile)
 
     @property
     def precision(self) -> str:
@@ -99,7 +106,8 @@ class Row:
 
     @property
     def label(self) -> str:
-        names = {"rlgames": "rl_games", "omni": "omni-sfp", "skrl": "skrl built-in", "floor": "compute floor"}
+        names = {"rlgames": "rl_games", "omni": "omni-sfp", "skrl": "skrl built-in", "floor": "compute floor",
+                 "ceiling": "GEMM ceiling"}
         parts = [names[self.framework]]
         if self.framework == "omni":
             parts.append("SFP (auto)" if self.single_forward_pass else "double pass (off)")
@@ -108,6 +116,8 @@ class Row:
         parts.append(self.precision)
         if self.time_limit_bootstrap and self.framework in ("omni", "skrl"):
             parts.append("+ bootstrap")
+        if self.compile:
+            parts.append("torch.compile")
         return ", ".join(parts)
 
 
@@ -121,6 +131,8 @@ def precision_effect(row: Row, device_type: str) -> str:
         return "fp32 (rl_games' mixed precision is CUDA-only)"
     if row.framework == "floor":
         return "bf16 autocast" if device_type == "cpu" else "fp16 autocast"
+    if row.framework == "ceiling":
+        return "bf16 GEMMs" if device_type == "cpu" else "fp16 GEMMs"
     return "bf16 autocast" if device_type == "cpu" else "fp16 autocast + GradScaler"
 
 
@@ -131,23 +143,31 @@ def _rows() -> dict[str, Row]:
         for tlb in (False, True):
             for p in ("fp32", "mixed"):
                 rows.append(Row(f"{name}-{p}{'-tlb' if tlb else ''}", framework, p == "mixed", sfp, tlb))
+    rows += [Row(f"omni-sfp-{p}-compiled", "omni", p == "mixed", True, False, compile=True) for p in ("fp32", "mixed")]
     rows += [Row(f"floor-{p}", "floor", p == "mixed", True, False) for p in ("fp32", "mixed")]
+    rows += [Row(f"ceiling-{p}", "ceiling", p == "mixed", True, False) for p in ("fp32", "mixed")]
     return {row.id: row for row in rows}
 
 
 ROWS: dict[str, Row] = _rows()
 # The default table: everything but the double pass with bootstrap (its cost is the double pass plus one more
-# forward per step, which says nothing new); ``--rows all`` adds it.
-DEFAULT_ROWS: tuple[str, ...] = tuple(r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb")))
+# forward per step, which says nothing new) and the compiled rows (their first update compiles: tens of
+# seconds on a CPU); ``--rows all`` adds them.
+DEFAULT_ROWS: tuple[str, ...] = tuple(r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb"))
+                                      and not r.endswith("-compiled"))
 
 
-def select_rows(spec: str) -> list[Row]:
-    """``default``, ``all`` or a comma-separated list of row ids, in table order.
+# The cartpole preset's default: the small-network pair of issue 14, with the floor and ceiling for scale.
+CARTPOLE_ROWS: tuple[str, ...] = ("rlgames-fp32", "omni-sfp-fp32", "floor-fp32", "ceiling-fp32")
+
+
+def select_rows(spec: str, preset: str = "cpu") -> list[Row]:
+    """``default`` (the preset's default rows), ``all`` or a comma-separated list of row ids, in table order.
 
     :raises ValueError: an unknown id.
     """
     if spec == "default":
-        return [ROWS[r] for r in DEFAULT_ROWS]
+        return [ROWS[r] for r in (CARTPOLE_ROWS if preset == "cartpole" else DEFAULT_ROWS)]
     if spec == "all":
         return list(ROWS.values())
     wanted = [part.strip() for part in spec.split(",") if part.strip()]
@@ -179,7 +199,7 @@ UNALIGNED: dict[str, list[str]] = {
     ],
     "skrl": [
         "driven by skrl's own SequentialTrainer (per-step timing bookkeeping); the omni-sfp rows by the "
-        "product's SFPTrainer",
+        "product's loop (omni_sfp/loop.py Learner)",
         "its time-limit bootstrap runs a value-only trunk forward on every step where some env truncated "
         "(one host sync per step for truncated.any())",
     ],
@@ -191,5 +211,10 @@ UNALIGNED: dict[str, list[str]] = {
         "only the network's work: the rollout's inference forwards (horizon + 1 per update), then epochs x "
         "minibatches of forward, backward and a fused Adam step on contiguous slices; no normalisation, GAE, "
         "clipping or GradScaler",
+    ],
+    "ceiling": [
+        "the floor's matrix products alone, as bare torch.mm on contiguous operands, each shape at the fastest of "
+        "a few repetitions (bench/ceiling.py): the update's time if nothing else ran; TFLOP/s count the floor's "
+        "useful GEMM FLOPs for every row (a double pass is credited the same work, so it shows fewer TFLOP/s)",
     ],
 }

@@ -30,12 +30,16 @@ class StaggeredStart(EmbeddedEnvWrapper):
 
 def make_bench_env(work: Work, *, device: str | torch.device, seed: int, replay: str | Path | None = None):
     """A skrl wrapper of the benchmark env: ConstantCost (fixed work per step, actions not validated, so the
-    env adds no host sync), or the recording at ``replay`` played back from ``device`` memory."""
+    env adds no host sync), ``work.task`` with its training defaults (Cartpole validates actions: one host sync
+    per step, for every row alike), or the recording at ``replay`` played back from ``device`` memory."""
     if replay is not None:
         recording = Recording.load(replay, device)
         if recording.num_envs != work.num_envs:
             raise ValueError(f"recording {replay} has {recording.num_envs} envs, the work asks for {work.num_envs}")
         return EmbeddedEnvWrapper(ReplayTask(recording))
+    if work.task != "ConstantCost":  # a learnable task as `python -m omni_sfp.train` builds it (its own settings)
+        return make_env(work.task, num_envs=work.num_envs, device=device, seed=seed,
+                        task_cfg={"max_episode_length": work.episode_length})
     env = make_env("ConstantCost", num_envs=work.num_envs, device=device, seed=seed,
                    task_cfg={"max_episode_length": work.episode_length, "validate_actions": False})
     return StaggeredStart(env._env)

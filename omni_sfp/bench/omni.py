@@ -1,4 +1,4 @@
-"""The omni-sfp rows: the product's own code path (validated config -> build_models -> build_agent -> SFPTrainer)."""
+"""The omni-sfp rows: the product's own code path (validated config -> build_models -> build_agent -> Learner)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from omegaconf import DictConfig
 
 from omni_sfp.bench.configs import Row, Work
 from omni_sfp.config import load_config
-from omni_sfp.runner import SFPTrainer, StopRequested, build_agent, build_models, resolve_device
+from omni_sfp.loop import Learner
+from omni_sfp.runner import build_agent, build_models, resolve_device
 
 
 def _flag(value: bool) -> str:
@@ -19,13 +20,14 @@ def _flag(value: bool) -> str:
 def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
     """The training config of a row as ``python -m omni_sfp.train`` overrides, validated like any user's."""
     return load_config([
-        "task=ConstantCost",
+        f"task={work.task}",
         f"num_envs={work.num_envs}",
         f"device={device}",
         f"seed={seed}",
         f"max_iterations={work.total_updates}",
         f"train.models.units=[{','.join(map(str, work.units))}]",
         f"train.models.activation={work.activation}",
+        f"train.models.compile={_flag(row.compile)}",
         f"train.mixed_precision={_flag(row.mixed_precision)}",
         "train.sfp.enabled=true",
         f"train.sfp.cache_check={'auto' if row.single_forward_pass else 'off'}",
@@ -55,10 +57,9 @@ def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Ca
     torch_device = resolve_device(cfg.device)
     models = build_models(cfg, env, torch_device)
     agent = build_agent(cfg, env, models, torch_device, run_dir=None)
-    trainer = SFPTrainer(env=env, agent=agent, timesteps=work.total_updates * work.horizon,
-                         on_iteration=lambda progress: on_update(), stop=StopRequested(), disable_progressbar=True)
-    trainer.train()
-    info = {"fused_adam": bool(agent.optimizer.defaults.get("fused"))}  # train.ppo.fused_optimizer, where present
+    Learner(env, agent, iterations=work.total_updates, log=lambda progress, losses: on_update()).learn()
+    # fused Adam: train.ppo.fused_optimizer, where present
+    info = {"fused_adam": bool(agent.optimizer.defaults.get("fused")), "torch_compile": row.compile}
     if row.single_forward_pass:
         info["sfp_hit_rate"] = agent.sfp_share_rate
     return info

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from omni_sfp.bench.ceiling import measure_ceiling, update_flops
 from omni_sfp.bench.configs import ROWS, Row, Work, precision_effect
 
 
@@ -31,6 +32,34 @@ class UpdateClock:
         self.times.append(time.perf_counter())
 
 
+class RolloutClock:
+    """Timestamps at the return of every ``horizon``-th env step: the end of a rollout, for any framework (they
+    all step this one env object). A rollout runs from the end of the previous update to that moment."""
+
+    def __init__(self, env, horizon: int) -> None:
+        self.times: list[float] = []
+        self._step, self._horizon, self._count = env.step, horizon, 0
+        self._sync = torch.cuda.synchronize if env.device.type == "cuda" else None
+        env.step = self.step  # an instance attribute: what the trainers and rl_games' adapter call
+
+    def step(self, actions):
+        result = self._step(actions)
+        self._count += 1
+        if not self._count % self._horizon:
+            if self._sync is not None:
+                self._sync()
+            self.times.append(time.perf_counter())
+        return result
+
+
+def split(update_ends: list[float], rollout_ends: list[float], warmup: int) -> tuple[list[float], list[float]]:
+    """Rollout and learning seconds of each timed update: ``update_ends`` and ``rollout_ends`` hold one time per
+    update, the first ``warmup`` untimed."""
+    rollouts = [end - start for start, end in zip(update_ends[warmup - 1:-1], rollout_ends[warmup:])]
+    learning = [end - start for start, end in zip(rollout_ends[warmup:], update_ends[warmup:])]
+    return rollouts, learning
+
+
 def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scratch: str | Path,
             replay: str | Path | None = None, rlgames_compile: bool = False) -> dict[str, Any]:
     """Run ``row`` once on the benchmark env and return its timings and notes."""
@@ -42,6 +71,10 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
     set_seed(seed)
     env = make_bench_env(work, device=device, seed=seed, replay=replay)
     clock = UpdateClock(env.device)
+    if row.framework == "ceiling":
+        return _ceiling(row, work, env)
+    rollout_clock = RolloutClock(env, work.horizon)
+    start = time.perf_counter()  # building the row's trainer and its first update: first calls, compiling
     if row.framework == "omni":
         from omni_sfp.bench.omni import run_omni
 
@@ -62,7 +95,14 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
     if len(clock.times) != work.total_updates:
         raise RuntimeError(f"row {row.id}: {len(clock.times)} updates timed, expected {work.total_updates}")
     ends = clock.times[work.warmup_updates - 1:]
+    timing = {}
+    if len(rollout_clock.times) >= work.total_updates:  # the floor steps no env
+        rollouts, learning = split(clock.times, rollout_clock.times[:work.total_updates], work.warmup_updates)
+        timing = {"rollout_seconds": rollouts, "learning_seconds": learning}
     return {
+        **timing,
+        "first_update_s": clock.times[0] - start,
+        "flops_per_update": update_flops(work, env.observation_space.shape[0], env.action_space.shape[0]),
         "row": row.id,
         "seconds": ends[-1] - ends[0],
         "update_seconds": [b - a for a, b in zip(ends, ends[1:])],
@@ -70,6 +110,15 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
         "precision": precision_effect(row, env.device.type),
         "info": info,
     }
+
+
+def _ceiling(row: Row, work: Work, env) -> dict[str, Any]:
+    """The GEMM ceiling in the shape of a timed run: ``updates`` updates at the ceiling's time each."""
+    info = measure_ceiling(work, env.observation_space.shape[0], env.action_space.shape[0],
+                           mixed_precision=row.mixed_precision, device=env.device)
+    return {"row": row.id, "flops_per_update": info["flops_per_update"], "seconds": info["update_s"] * work.updates,
+            "update_seconds": [info["update_s"]] * work.updates, "threads": torch.get_num_threads(),
+            "precision": precision_effect(row, env.device.type), "info": info}
 
 
 def main(argv: list[str]) -> int:
