@@ -13,12 +13,12 @@ What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 - ``check_finite`` decides what a non-finite observation, reward or loss does: ``"raise"`` (default) stops
   with :class:`NonFiniteError`, ``"skip"`` drops that rollout's update (a non-finite loss rolls the update
   back) and counts it in ``skipped_updates``, ``"off"`` checks nothing.
-- the time-limit bootstrap runs on every step, under the same autocast as ``act()``, instead of only
-  when ``truncated.any()`` (a host sync). With the cache this costs nothing: the next step's policy and
-  value calls see the same observations and are served from that one trunk forward.
+- the time-limit bootstrap continues a truncated episode from its *final* observation where the env reports
+  it, else from the current step's value (never from the next episode's first observation, which skrl uses);
+  see ``_bootstrap_values``. It needs no host sync on CUDA.
 - it counts the *shareable* trunk calls as they happen (the value call of each rollout step and of each
-  minibatch that is stepped, and each bootstrap call the next step reuses), the denominator of the cache
-  hit rate that the runner reports.
+  minibatch that is stepped, and each bootstrap call the next step reuses: only where the env resets a step
+  later, as OmniIsaacGymEnvs), the denominator of the cache hit rate that the runner reports.
 - on CPU, mixed precision (bf16) runs without a GradScaler: bf16 needs no loss scaling.
 - the agent saves and restores itself (:meth:`SFPPPO.state_dict`); skrl's private fields (``_rollout``,
   ``_current_*``, the preprocessors) are touched in this module only.
@@ -34,15 +34,19 @@ import math
 import time
 from typing import Any
 
+import gymnasium
+import numpy as np
 import torch
 import torch.nn.functional as F
 from skrl import config as skrl_config
 from skrl.agents.torch import Agent
 from skrl.agents.torch.ppo import PPO
 from skrl.resources.schedulers.torch import KLAdaptiveLR
+from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 
 from omni_sfp import distributed
 from omni_sfp.cache import SFPStats, sfp_modules
+from omni_sfp.tasks.base import FINAL_OBSERVATIONS
 
 CHECK_FINITE = ("raise", "skip", "off")
 
@@ -168,6 +172,33 @@ class NonFiniteGuard:
             return None
         self.first = torch.full_like(self.first, -1)
         return step, env, self.names[name]
+
+
+def final_observations(infos: Any, next_observations: torch.Tensor, observation_space: Any) -> torch.Tensor | None:
+    """The step's observations before the auto-reset, ``(N, d)`` like ``next_observations``, or None if the env
+    does not report them.
+
+    Read from the embedded tasks' ``infos["final_observations"]`` (a device tensor, no copy) or from
+    Gymnasium's same-step autoreset info (``final_obs``, an object array set where ``_final_obs`` is true; host
+    data anyway, so the rows are stacked on the host).
+    """
+    if not isinstance(infos, dict):
+        return None
+    final = infos.get(FINAL_OBSERVATIONS)
+    if isinstance(final, torch.Tensor):
+        return final if final.shape == next_observations.shape else final.reshape(next_observations.shape)
+    if "final_obs" in infos and "_final_obs" in infos:
+        mask = np.asarray(infos["_final_obs"], dtype=bool)
+        if not mask.any():
+            return next_observations
+        rows = list(np.asarray(infos["final_obs"], dtype=object)[mask])
+        batch = gymnasium.vector.utils.concatenate(
+            observation_space, rows, gymnasium.vector.utils.create_empty_array(observation_space, len(rows)))
+        values = flatten_tensorized_space(tensorize_space(observation_space, batch, device=next_observations.device))
+        final = next_observations.clone()
+        final[torch.as_tensor(mask, device=final.device)] = values.reshape(len(rows), -1).to(final.dtype)
+        return final
+    return None
 
 
 class SFPPPO(PPO):
@@ -323,16 +354,9 @@ class SFPPPO(PPO):
             rewards = self.cfg.rewards_shaper(rewards, timestep, timesteps)
 
         if self.cfg.time_limit_bootstrap:
-            if (self._rollout + 1) % self.cfg.rollouts:  # the next step reuses it, unless an update comes first
-                self.shareable_calls += 1
-            with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-                inputs = {
-                    "observations": self._observation_preprocessor(next_observations),
-                    "states": self._state_preprocessor(next_states),
-                }
-                next_values, _ = self.value.act(inputs, role="value")
-            next_values = self._value_preprocessor(next_values, inverse=True)
-            rewards = rewards + self.cfg.discount_factor * next_values * truncated
+            next_values = self._bootstrap_values(next_states, truncated, infos)
+            if next_values is not None:
+                rewards = rewards + self.cfg.discount_factor * next_values * truncated
 
         self.memory.add_samples(
             observations=observations,
@@ -345,6 +369,35 @@ class SFPPPO(PPO):
             values=self._current_values,
         )
         self._rollout += 1  # steps recorded so far (skrl counts them in post_interaction, which our loop skips)
+
+    def _bootstrap_values(self, next_states: torch.Tensor | None, truncated: torch.Tensor,
+                          infos: Any) -> torch.Tensor | None:
+        """The value a truncated episode continues with, or None where no env truncated (known without a sync).
+
+        A truncated episode's return continues from its *final* state. Every env here auto-resets, so the next
+        observations of a finished env are the next episode's first: bootstrapping on them (skrl's PPO does)
+        credits the ended episode with an unrelated state's value. So: V(final observation) where the env
+        reports it (the embedded tasks' ``final_observations`` info, Gymnasium's ``final_obs``); else the
+        current step's value V(s_t), already computed by ``act()``, as rl_games and rsl_rl do (Isaac Lab and
+        OmniIsaacGymEnvs keep no final observation).
+        """
+        next_observations = self._current_next_observations
+        final = final_observations(infos, next_observations, self.observation_space)
+        if final is None:
+            return self._current_values
+        reusable = final is next_observations  # no env reset in this step (OmniIsaacGymEnvs resets in the next)
+        if not reusable and self.device.type == "cpu" and not bool(truncated.any()):  # on CUDA this is a sync
+            return None
+        if reusable and (self._rollout + 1) % self.cfg.rollouts:  # the next step reuses it, unless an update comes
+            self.shareable_calls += 1
+        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+            inputs = {"observations": self._observation_preprocessor(final),
+                      "states": self._state_preprocessor(next_states)}
+            values, _ = self.value.act(inputs, role="value")
+        if not reusable:  # the next step sees other observations: drop the entry, so that step decides its miss
+            for module in sfp_modules(self.value):  # without comparing tensors (a host sync on CUDA)
+                module.clear()
+        return self._value_preprocessor(values, inverse=True)
 
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
         """skrl's hook, for code that drives the agent the skrl way (omni_sfp.loop calls :meth:`update`)."""

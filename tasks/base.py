@@ -3,6 +3,11 @@
 A step touches every environment with the same tensor operations: finished environments are reset with
 ``torch.where`` over freshly sampled initial states instead of gathering their indices, so a step never
 synchronises with the host (unless ``validate_actions`` checks for non-finite actions, one reduction).
+
+A step's info dict holds ``"final_observations"``: the observations before the reset, i.e. the last
+observation of every episode that ended in this step (elsewhere equal to the returned observations).
+PPO's time-limit bootstrap needs it: a truncated episode is continued with the value of its *final*
+state, not of the next episode's first one (Gymnasium's ``final_obs`` info, device-resident here).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
+
+FINAL_OBSERVATIONS = "final_observations"  # the info key of the pre-reset observations
 
 
 class VecTask(ABC):
@@ -88,7 +95,8 @@ class VecTask(ABC):
 
         :param actions: ``(num_envs, action_size)`` tensor on the task's device.
         :return: Observations (the first of the new episode where one ended), rewards ``(num_envs, 1)``,
-            terminated and truncated ``(num_envs, 1)`` bool (never both), and an empty info dict.
+            terminated and truncated ``(num_envs, 1)`` bool (never both), and an info dict whose
+            ``"final_observations"`` are the observations before the reset (the ended episodes' last ones).
         :raises ValueError: The actions have the wrong shape, live on another device or are not finite.
         """
         actions = self._checked(actions)
@@ -96,9 +104,11 @@ class VecTask(ABC):
         self.episode_length = self.episode_length + 1
         truncated = (self.episode_length >= self.max_episode_length) & ~terminated
         done = terminated | truncated
+        final_observations = self._observations()  # no copy needed: the state is replaced, never modified
         self.state = torch.where(done.unsqueeze(-1), self._sample_initial_state(), self.state)
         self.episode_length = torch.where(done, 0, self.episode_length)
-        return self._observations(), reward.unsqueeze(-1), terminated.unsqueeze(-1), truncated.unsqueeze(-1), {}
+        info = {FINAL_OBSERVATIONS: final_observations}
+        return self._observations(), reward.unsqueeze(-1), terminated.unsqueeze(-1), truncated.unsqueeze(-1), info
 
     def close(self) -> None:
         """Nothing to release: the state is plain tensors."""
