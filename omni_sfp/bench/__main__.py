@@ -92,6 +92,12 @@ def build_parser() -> Parser:
     quality.add_argument("--seeds", type=_positive, help="seeds per configuration (default 5)")
     quality.add_argument("--quality-tasks", default=QUALITY_TASKS, help="comma-separated tasks to train")
     quality.add_argument("--iterations", type=_positive, help="PPO updates per run (default: each task's config)")
+    quality.add_argument("--quality-configs", help="comma-separated rows (default all): sfp-fp32, double-fp32, "
+                                                   "sfp-mixed, double-mixed, rl_games, skrl")
+    quality.add_argument("--jobs", type=_positive, help="runs trained at once, one process and torch thread each "
+                                                      "(default 1)")
+    quality.add_argument("--quality-set", action="append", default=[], metavar="KEY=VALUE",
+                         help="a training config override for every row, as for python -m omni_sfp.train (repeatable)")
     return parser
 
 
@@ -137,7 +143,9 @@ def _check_mode(parser: Parser, args: argparse.Namespace) -> None:
                    "--quick": args.quick or None, "--repetitions": args.repetitions, "--updates": args.updates,
                    "--units": args.units, "--envs": args.envs, "--horizon": args.horizon, "--warmup": args.warmup,
                    "--epochs": args.epochs, "--minibatch": args.minibatch, "--episode-length": args.episode_length}
-    quality_only = {"--seeds": args.seeds, "--iterations": args.iterations,
+    quality_only = {"--seeds": args.seeds, "--iterations": args.iterations, "--quality-configs": args.quality_configs,
+                    "--jobs": args.jobs,
+                    "--quality-set": args.quality_set or None,
                     "--quality-tasks": None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks}
     if args.cold_start:
         if args.quality:
@@ -256,7 +264,7 @@ def _cold_start(args, threads, meta, stem: Path, log) -> int:
 def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
     import torch
 
-    from omni_sfp.bench.quality import markdown, plot, run_quality
+    from omni_sfp.bench.quality import markdown, plot, run_quality, select_configs
     from omni_sfp.registry import get_task
 
     torch.set_num_threads(threads)
@@ -265,12 +273,18 @@ def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
     try:
         for task in tasks or [args.quality_tasks]:
             get_task(task)
+        configs = select_configs(args.quality_configs)
+        if args.quality_set:
+            from omni_sfp.config import load_config
+
+            load_config([f"task={tasks[0] if tasks else args.quality_tasks}", *args.quality_set])  # one clear line
     except ValueError as error:
         parser.error(str(error))
     runs_dir = Path(tempfile.mkdtemp(prefix="omni_sfp_quality_"))
     try:
         results = run_quality(tasks=tasks, seeds=range(args.seed, args.seed + seeds), device=device,
-                              runs_dir=runs_dir, iterations=args.iterations, log=log)
+                              runs_dir=runs_dir, iterations=args.iterations, log=log, configs=configs,
+                              overrides=args.quality_set, workers=args.jobs or 1)
     finally:
         shutil.rmtree(runs_dir, ignore_errors=True)
     report = {"meta": meta, "seeds": seeds, "tasks": results}

@@ -5,41 +5,94 @@ real runner; the final deterministic returns are compared with Welch's t-test (u
 configurations may differ in spread). Single and double pass would be identical with exact arithmetic; they
 differ by the order of floating-point summation in the backward pass, so runs diverge slowly, which is
 why this is a statistical question.
+
+Two peer rows train the same embedded task and seeds with the same resolved config: rl_games 1.6.5 (driven as
+OmniIsaacGymEnvs drives it, settings mapped one to one) and plain skrl PPO. They answer whether a learning
+problem is omni-sfp's or PPO's at those settings. Each row reports the fraction of seeds that solved the task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+import multiprocessing
+import time
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from scipy import stats
+from skrl.envs.wrappers.torch.base import Wrapper
+
+from omni_sfp.agent import EpisodeTracker
+
+ENV_NAME = "omni_sfp_quality"
 
 ALPHA = 0.05
 
 
 @dataclass(frozen=True)
 class QualityConfig:
+    """One row: which trainer, and for omni-sfp's runner whether the trunk runs once and autocast is on."""
+
+    key: str  # what ``--quality-configs`` selects it by
     name: str
-    single_forward_pass: bool
-    mixed_precision: bool
+    single_forward_pass: bool = True
+    mixed_precision: bool = False
+    trainer: str = "omni-sfp"  # omni-sfp (the runner) | rl_games | skrl (plain PPO, double-pass shared model)
 
 
 CONFIGS = (
-    QualityConfig("single pass, fp32", True, False),
-    QualityConfig("double pass, fp32", False, False),
-    QualityConfig("single pass, mixed", True, True),
-    QualityConfig("double pass, mixed", False, True),
+    QualityConfig("sfp-fp32", "single pass, fp32", True, False),
+    QualityConfig("double-fp32", "double pass, fp32", False, False),
+    QualityConfig("sfp-mixed", "single pass, mixed", True, True),
+    QualityConfig("double-mixed", "double pass, mixed", False, True),
+    QualityConfig("rl_games", "rl_games 1.6.5, fp32", trainer="rl_games"),
+    QualityConfig("skrl", "skrl PPO, fp32", trainer="skrl"),
 )
+CONFIG_KEYS = tuple(c.key for c in CONFIGS)
 # (what is compared, config a, config b): each pair differs in one setting only
 COMPARISONS = (
     ("single vs double pass, fp32", "single pass, fp32", "double pass, fp32"),
     ("single vs double pass, mixed", "single pass, mixed", "double pass, mixed"),
     ("mixed vs fp32, single pass", "single pass, mixed", "single pass, fp32"),
     ("mixed vs fp32, double pass", "double pass, mixed", "double pass, fp32"),
+    ("omni-sfp vs rl_games", "single pass, fp32", "rl_games 1.6.5, fp32"),
+    ("omni-sfp vs skrl PPO", "single pass, fp32", "skrl PPO, fp32"),
 )
+CARTPOLE_SOLVED = 475.0  # deterministic return (of 500) that counts as balanced
+LQR_SOLVED_RATIO = 1.25  # cost within this factor of the Riccati optimum counts as solved
+
+
+def solved(final_return: float | None, optimal_return: float | None, task: str) -> bool | None:
+    """Whether a run solved its task: Cartpole >= 475 of 500; a task with a known (negative) optimal return
+    within ``LQR_SOLVED_RATIO`` of its cost; None where the task has no criterion."""
+    if final_return is None:
+        return False
+    if optimal_return is not None and optimal_return < 0:
+        return final_return >= LQR_SOLVED_RATIO * optimal_return
+    if task == "Cartpole":
+        return final_return >= CARTPOLE_SOLVED
+    return None
+
+
+def select_configs(keys: str | None) -> tuple[QualityConfig, ...]:
+    """The rows named in ``keys`` (comma-separated, see :data:`CONFIG_KEYS`), all of them when None.
+
+    :raises ValueError: an unknown key.
+    """
+    if keys is None:
+        return CONFIGS
+    wanted = [k.strip() for k in keys.split(",") if k.strip()]
+    unknown = [k for k in wanted if k not in CONFIG_KEYS]
+    if unknown or not wanted:
+        raise ValueError(f"unknown quality configuration {', '.join(map(repr, unknown)) or repr(keys)}; "
+                         f"choose from {', '.join(CONFIG_KEYS)}")
+    return tuple(c for c in CONFIGS if c.key in wanted)
 
 
 def welch(name: str, a: list[float], b: list[float], alpha: float = ALPHA) -> dict[str, Any]:
@@ -62,41 +115,332 @@ def welch(name: str, a: list[float], b: list[float], alpha: float = ALPHA) -> di
     return {"name": name, "p_value": p_value, "significant": significant, "verdict": verdict}
 
 
-def train_once(task: str, config: QualityConfig, seed: int, *, device: str, runs_dir: Path,
-               iterations: int | None) -> dict[str, Any]:
-    """One training run with the real runner; its final deterministic return and its learning curve."""
+def _config(task: str, seed: int, device: str, runs_dir: Path, iterations: int | None,
+            overrides: Sequence[str], extra: Sequence[str] = ()):
     from omni_sfp.config import load_config
+
+    base = [f"task={task}", f"seed={seed}", f"device={device}", f"runs_dir={runs_dir}", *extra]
+    if iterations is not None:
+        base.append(f"max_iterations={iterations}")
+    return load_config([*base, *overrides])
+
+
+def train_once(task: str, config: QualityConfig, seed: int, *, device: str, runs_dir: Path,
+               iterations: int | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """One training run; its final deterministic return and its learning curve.
+
+    ``overrides`` (``key=value`` as for ``python -m omni_sfp.train``) apply to every trainer: the rl_games and
+    skrl rows read the same resolved config, mapped one to one (:func:`rlgames_params`)."""
+    if config.trainer == "rl_games":
+        return _train_rlgames(task, seed, device=device, runs_dir=runs_dir, iterations=iterations,
+                              overrides=overrides)
+    if config.trainer == "skrl":
+        return _train_skrl(task, seed, device=device, runs_dir=runs_dir, iterations=iterations, overrides=overrides)
     from omni_sfp.runner import Runner
 
-    overrides = [f"task={task}", f"seed={seed}", f"device={device}", f"runs_dir={runs_dir}",
-                 f"train.mixed_precision={str(config.mixed_precision).lower()}",
-                 f"train.sfp.cache_check={'auto' if config.single_forward_pass else 'off'}"]
-    if iterations is not None:
-        overrides.append(f"max_iterations={iterations}")
-    runner = Runner(load_config(overrides), disable_progressbar=True)
+    cfg = _config(task, seed, device, runs_dir, iterations, overrides, [
+        f"train.mixed_precision={str(config.mixed_precision).lower()}",
+        f"train.sfp.cache_check={'auto' if config.single_forward_pass else 'off'}"])
+    runner = Runner(cfg, disable_progressbar=True)
     summary = runner.train()
     return {"final_return": summary.final_return, "optimal_return": summary.optimal_return,
-            "curve": [(p.timestep * runner.env.num_envs, p.mean_return) for p in summary.history]}
+            "curve": [(p.timestep * runner.env.num_envs, p.mean_return) for p in summary.history],
+            "training_time_s": summary.training_time_s}
+
+
+class EpisodeRecorder(Wrapper):
+    """Passes a skrl-wrapped env through and keeps the returns of the episodes it finishes (on the device),
+    so every trainer's learning curve is measured by the same code."""
+
+    def __init__(self, env) -> None:
+        super().__init__(env)
+        self.tracker = EpisodeTracker(env.num_envs, env.device)
+        self.steps = 0
+        self.curve: list[tuple[int, float | None]] = []
+
+    def reset(self):
+        return self._env.reset()
+
+    def step(self, actions):
+        observations, rewards, terminated, truncated, infos = self._env.step(actions)
+        self.tracker.record(rewards, terminated | truncated)
+        self.steps += 1
+        return observations, rewards, terminated, truncated, infos
+
+    def state(self):
+        return self._env.state()
+
+    def render(self, *args, **kwargs):
+        return None
+
+    def close(self) -> None:
+        self._env.close()
+
+    def point(self) -> None:
+        """One curve point: env steps so far and the mean return of the episodes finished since the last."""
+        mean_return, _, _ = self.tracker.pop()
+        self.curve.append((self.steps * self.num_envs, mean_return))
+
+
+def evaluate(env, act: Callable[[torch.Tensor], torch.Tensor], max_length: int) -> float | None:
+    """Mean return of one episode per env with deterministic actions: :meth:`Runner.evaluate`'s protocol."""
+    tracker = EpisodeTracker(env.num_envs, env.device)
+    observations, _ = env.reset()
+    with torch.no_grad():
+        for _ in range(max_length):
+            observations, rewards, terminated, truncated, _ = env.step(act(observations))
+            tracker.record(rewards, terminated | truncated)
+    total_return, _, finished = tracker.finished.tolist()
+    return total_return / finished if finished else None
+
+
+def _peer_env(cfg):
+    """The task as the runner builds it, wrapped in an :class:`EpisodeRecorder`."""
+    from omegaconf import OmegaConf
+
+    from omni_sfp.config import num_envs
+    from omni_sfp.registry import make_env
+    from omni_sfp.runner import resolve_device
+
+    device = resolve_device(cfg.device)
+    task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
+    env = make_env(cfg.task.name, num_envs=num_envs(cfg), device=device, seed=cfg.seed, headless=True,
+                   task_cfg=task_cfg)
+    return EpisodeRecorder(env), device
+
+
+def _optimal_and_length(env) -> tuple[float | None, int]:
+    task = env.unwrapped
+    optimal = task.optimal_return() if hasattr(task, "optimal_return") else None
+    return optimal, int(getattr(task, "max_episode_length", 1000))
+
+
+def rlgames_params(cfg, *, device: str, train_dir: str, threads: int) -> dict[str, Any]:
+    """rl_games 1.6.5 parameters equal to a resolved omni-sfp config, key by key, in OmniIsaacGymEnvs'
+    ``CartpolePPO.yaml`` layout (shared ``actor_critic`` MLP, fixed sigma). rl_games halves its critic loss,
+    so ``critic_coef`` is twice skrl's ``value_loss_scale``; it clips the value by ``e_clip``, so
+    ``value_clip`` must equal ``ratio_clip`` (or be 0); its KL-adaptive schedule steps per minibatch
+    (skrl's: per epoch). OmniIsaacGymEnvs' ``bounds_loss_coef`` (1e-4 for Cartpole) has no counterpart in
+    skrl and is 0 here."""
+    from omni_sfp.config import num_envs
+
+    t, p = cfg.train, cfg.train.ppo
+    if p.value_clip and p.value_clip != p.ratio_clip:
+        raise ValueError(f"rl_games clips the value by e_clip: value_clip {p.value_clip} must equal ratio_clip "
+                         f"{p.ratio_clip} or be 0")
+    if p.kl_threshold:
+        raise ValueError("rl_games has no KL early stop: set train.ppo.kl_threshold=0 for the rl_games row")
+    envs = num_envs(cfg)
+    return {"params": {
+        "seed": int(cfg.seed),
+        "torch_threads": threads,
+        "algo": {"name": "a2c_continuous"},
+        "model": {"name": "continuous_a2c_logstd"},
+        "network": {
+            "name": "actor_critic",
+            "separate": bool(t.models.separate),
+            "space": {"continuous": {"mu_activation": "None", "sigma_activation": "None",
+                                     "mu_init": {"name": "default"},
+                                     "sigma_init": {"name": "const_initializer", "val": float(t.models.initial_log_std)},
+                                     "fixed_sigma": True}},
+            "mlp": {"units": list(t.models.units), "activation": t.models.activation, "d2rl": False,
+                    "initializer": {"name": "default"}, "regularizer": {"name": "None"}},
+        },
+        "config": {
+            "name": "quality", "full_experiment_name": "quality", "env_name": ENV_NAME,
+            "device": device, "device_name": device, "multi_gpu": False, "ppo": True,
+            "mixed_precision": bool(t.mixed_precision),
+            "normalize_input": bool(p.observation_normalization),
+            "normalize_value": bool(p.value_normalization),
+            "value_bootstrap": bool(p.time_limit_bootstrap),
+            "num_actors": envs,
+            "reward_shaper": {"scale_value": float(p.rewards_scale)},
+            "normalize_advantage": True,
+            "gamma": float(p.discount_factor), "tau": float(p.gae_lambda),
+            "learning_rate": float(p.learning_rate),
+            "lr_schedule": "adaptive" if p.learning_rate_schedule == "kl_adaptive" else None,
+            "schedule_type": "legacy",
+            "kl_threshold": float(p.desired_kl),
+            "score_to_win": math.inf,
+            "max_epochs": int(cfg.max_iterations or t.max_iterations),
+            "save_best_after": int(cfg.max_iterations or t.max_iterations) + 1,
+            "save_frequency": 0,
+            "grad_norm": float(p.grad_norm_clip) or 1.0, "truncate_grads": bool(p.grad_norm_clip),
+            "entropy_coef": float(p.entropy_loss_scale),
+            "e_clip": float(p.ratio_clip),
+            "clip_value": bool(p.value_clip),
+            "horizon_length": int(p.rollouts),
+            "minibatch_size": envs * int(p.rollouts) // int(p.mini_batches),
+            "mini_epochs": int(p.learning_epochs),
+            "critic_coef": 2.0 * float(p.value_loss_scale),
+            "seq_length": 4,
+            "bounds_loss_coef": 0.0,
+            "train_dir": train_dir,
+            "torch_compile": False,
+        },
+    }}
+
+
+def _train_rlgames(task: str, seed: int, *, device: str, runs_dir: Path, iterations: int | None,
+                   overrides: Sequence[str]) -> dict[str, Any]:
+    """rl_games 1.6.5 on the same env and config, driven as :mod:`omni_sfp.bench.rlgames` drives it."""
+    from rl_games.common import env_configurations, vecenv
+    from rl_games.common.algo_observer import AlgoObserver
+    from rl_games.torch_runner import Runner as RLGamesRunner
+
+    from omni_sfp.bench.rlgames import SkrlToRLGames
+
+    cfg = _config(task, seed, device, runs_dir, iterations, overrides)
+    env, torch_device = _peer_env(cfg)
+    optimal, max_length = _optimal_and_length(env)
+
+    class Observer(AlgoObserver):
+        algo = None
+
+        def after_init(self, algo) -> None:
+            Observer.algo = algo
+
+        def after_print_stats(self, frame, epoch_num, total_time) -> None:
+            env.point()
+
+    name = str(torch_device)
+    name = "cuda:0" if name == "cuda" else name
+    vecenv.register("OMNI_SFP_QUALITY", lambda config_name, num_actors, **kw: SkrlToRLGames(config_name, num_actors,
+                                                                                             **kw))
+    env_configurations.register(ENV_NAME, {"vecenv_type": "OMNI_SFP_QUALITY", "env_creator": lambda **kw: env})
+    runner = RLGamesRunner(Observer())
+    runner.load(rlgames_params(cfg, device=name, train_dir=str(runs_dir / f"rl_games_{task}_{seed}"),
+                               threads=torch.get_num_threads()))
+    runner.reset()
+    start = time.perf_counter()
+    runner.run({"train": True, "play": False, "checkpoint": "", "sigma": None})
+    training_time = time.perf_counter() - start
+    algo = Observer.algo
+    algo.model.eval()
+    space = env.action_space
+    bounded = bool(np.isfinite(space.low).all() and np.isfinite(space.high).all())
+
+    def act(observations: torch.Tensor) -> torch.Tensor:  # rl_games' deterministic player: the mean action
+        mu = algo.model({"is_train": False, "prev_actions": None, "obs": algo._preproc_obs(observations)})["mus"]
+        return mu.clamp(-1.0, 1.0) if bounded else mu  # bounds are [-1, 1] where bounded: no rescaling needed
+
+    return {"final_return": evaluate(env, act, max_length), "optimal_return": optimal, "curve": env.curve,
+            "training_time_s": training_time}
+
+
+def _train_skrl(task: str, seed: int, *, device: str, runs_dir: Path, iterations: int | None,
+                overrides: Sequence[str]) -> dict[str, Any]:
+    """Plain skrl PPO under skrl's SequentialTrainer, with skrl's own shared model in its correct double-pass
+    mode (its unkeyed single forward pass serves stale features to the bootstrap calls, see the README)."""
+    from skrl.memories.torch import RandomMemory
+    from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
+    from skrl.utils import set_seed
+    from skrl.utils.model_instantiators.torch import shared_model
+
+    from omni_sfp.bench.skrl_builtin import TimedPPO
+    from omni_sfp.runner import ppo_cfg
+
+    cfg = _config(task, seed, device, runs_dir, iterations, overrides)
+    set_seed(int(cfg.seed))
+    env, torch_device = _peer_env(cfg)
+    optimal, max_length = _optimal_and_length(env)
+    m = cfg.train.models
+    network = [{"name": "net", "input": "OBSERVATIONS", "layers": list(m.units), "activations": m.activation}]
+    model = shared_model(
+        observation_space=env.observation_space, action_space=env.action_space, device=torch_device,
+        structure=["GaussianMixin", "DeterministicMixin"], roles=["policy", "value"],
+        parameters=[{"network": network, "output": "ACTIONS", "clip_log_std": True, "min_log_std": -20.0,
+                     "max_log_std": 2.0, "initial_log_std": float(m.initial_log_std)},
+                    {"network": network, "output": "ONE"}],
+        single_forward_pass=False,
+    )
+    for role in ("policy", "value"):
+        model.init_state_dict(role=role)
+    rollouts = int(cfg.train.ppo.rollouts)
+    agent = TimedPPO(models={"policy": model, "value": model},
+                     memory=RandomMemory(memory_size=rollouts, num_envs=env.num_envs, device=torch_device),
+                     observation_space=env.observation_space, action_space=env.action_space, device=torch_device,
+                     cfg=ppo_cfg(cfg, env, torch_device, run_dir=None), on_update=env.point)
+    updates = int(cfg.max_iterations or cfg.train.max_iterations)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg=SequentialTrainerCfg(
+        timesteps=updates * rollouts, headless=True, disable_progressbar=True, close_environment_at_exit=False))
+    start = time.perf_counter()
+    trainer.train()
+    training_time = time.perf_counter() - start
+    agent.enable_training_mode(False)
+    agent.enable_models_training_mode(False)
+
+    def act(observations: torch.Tensor) -> torch.Tensor:
+        return agent.act(observations, None, timestep=0, timesteps=0)[1]["mean_actions"]
+
+    return {"final_return": evaluate(env, act, max_length), "optimal_return": optimal, "curve": env.curve,
+            "training_time_s": training_time}
+
+
+class _Inline:
+    """The executor interface, running each job at once in this process (``workers=1``)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        future: Future = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def _pool(workers: int):
+    if workers <= 1:
+        return _Inline()
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker)
 
 
 def run_quality(*, tasks: list[str], seeds: Iterable[int], device: str, runs_dir: Path, iterations: int | None,
-                log: Callable[[str], None]) -> dict[str, Any]:
-    """Train every configuration once per seed and task (seed-major, so machine drift hits all alike)."""
+                log: Callable[[str], None], configs: Sequence[QualityConfig] = CONFIGS,
+                overrides: Sequence[str] = (), workers: int = 1) -> dict[str, Any]:
+    """Train every configuration once per seed and task (seed-major, so machine drift hits all alike).
+
+    ``workers`` > 1 trains that many runs at once in separate processes (one torch thread each): a run's
+    result depends only on its seed and config, not on what runs beside it."""
     results: dict[str, Any] = {}
+    seeds = list(seeds)
     for task in tasks:
-        runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in CONFIGS}
-        for seed in seeds:
-            for config in CONFIGS:
-                run = train_once(task, config, seed, device=device, runs_dir=runs_dir, iterations=iterations)
-                runs[config.name].append(run)
-                log(f"[quality] {task} seed {seed} {config.name}: final return {run['final_return']}")
+        jobs = [(task, config, seed) for seed in seeds for config in configs]
+        finished = {}
+        with _pool(workers) as pool:
+            futures = {pool.submit(train_once, task, config, seed, device=device, runs_dir=runs_dir,
+                                   iterations=iterations, overrides=overrides): (config, seed)
+                       for task, config, seed in jobs}
+            for future in as_completed(futures):
+                config, seed = futures[future]
+                run = finished[(config.name, seed)] = future.result()
+                log(f"[quality] {task} seed {seed} {config.name}: final return {run['final_return']} "
+                    f"({run['training_time_s']:.1f} s)")
+        runs = {c.name: [finished[(c.name, seed)] for seed in seeds] for c in configs}
+        optimal = next((r["optimal_return"] for rs in runs.values() for r in rs), None)
         finals = {name: [r["final_return"] for r in rs if r["final_return"] is not None] for name, rs in runs.items()}
+        configs_out = {}
+        for name, rs in runs.items():
+            f = finals[name]
+            verdicts = [solved(r["final_return"], optimal, task) for r in rs]
+            configs_out[name] = {
+                "final_returns": f, "mean": float(np.mean(f)) if f else None,
+                "std": float(np.std(f, ddof=1)) if len(f) > 1 else None,
+                "solved": None if None in verdicts else sum(verdicts), "runs": len(rs),
+                "training_time_s": float(np.mean([r["training_time_s"] for r in rs])),
+                "curves": [r["curve"] for r in rs]}
         results[task] = {
-            "optimal_return": runs[CONFIGS[0].name][0]["optimal_return"],
-            "configs": {name: {"final_returns": f, "mean": float(np.mean(f)) if f else None,
-                               "std": float(np.std(f, ddof=1)) if len(f) > 1 else None,
-                               "curves": [r["curve"] for r in runs[name]]} for name, f in finals.items()},
-            "tests": [welch(label, finals[a], finals[b]) for label, a, b in COMPARISONS if finals[a] and finals[b]],
+            "optimal_return": optimal, "seeds": seeds, "overrides": list(overrides), "configs": configs_out,
+            "tests": [welch(label, finals[a], finals[b]) for label, a, b in COMPARISONS
+                      if finals.get(a) and finals.get(b)],
         }
     return results
 
@@ -104,22 +448,32 @@ def run_quality(*, tasks: list[str], seeds: Iterable[int], device: str, runs_dir
 def markdown(report: dict[str, Any]) -> str:
     meta = report["meta"]
     lines = [f"# omni-sfp quality: {report['seeds']} seeds per configuration, {meta['date']}", "",
-             f"- machine: {meta['cpu']}, device {meta['device']}; versions: torch {meta['torch']}, skrl {meta['skrl']}",
+             f"- machine: {meta['cpu']}, device {meta['device']}; versions: torch {meta['torch']}, skrl {meta['skrl']}"
+             f", rl_games {meta.get('rl_games')}",
              f"- command: `{meta['command']}`", ""]
     for task, result in report["tasks"].items():
         optimal = result["optimal_return"]
+        criterion = (f"cost within {LQR_SOLVED_RATIO}x of the optimum" if optimal is not None and optimal < 0
+                     else f"return >= {CARTPOLE_SOLVED:g}" if task == "Cartpole" else "no criterion")
         lines += [f"## {task}" + (f" (optimal return {optimal:.2f})" if optimal is not None else ""), "",
-                  "| configuration | final return mean | std | seeds |", "|---|---|---|---|"]
+                  f"Solved: {criterion}. Final return: deterministic, one episode per env after training.", "",
+                  "| configuration | final return mean | std | min | solved | training time (s) |",
+                  "|---|---|---|---|---|---|"]
         for name, c in result["configs"].items():
+            f = c["final_returns"]
             mean = "" if c["mean"] is None else f"{c['mean']:.2f}"
+            if optimal is not None and optimal < 0 and c["mean"] is not None:
+                mean += f" ({c['mean'] / optimal:.3f}x optimal cost)"
             std = "" if c["std"] is None else f"{c['std']:.2f}"
-            lines.append(f"| {name} | {mean} | {std} | {len(c['final_returns'])} |")
+            low = f"{min(f):.2f}" if f else ""
+            won = "" if c.get("solved") is None else f"{c['solved']}/{c['runs']}"
+            lines.append(f"| {name} | {mean} | {std} | {low} | {won} | {c.get('training_time_s', 0):.1f} |")
         lines += [""] + [f"- {t['verdict']}" for t in result["tests"]] + [""]
     return "\n".join(lines)
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """Learning curves: per task, the mean episode return over seeds with a +-1 std band per configuration."""
+    """Learning curves: per task and configuration, the mean episode return over seeds, each seed faintly behind."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,9 +490,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
             returns = np.array([[np.nan if r is None else r for _, r in curve] for curve in curves], dtype=float)
             seen = ~np.isnan(returns).all(axis=0)  # iterations in which some seed finished an episode
             steps, returns = steps[seen], returns[:, seen]
-            mean, std = np.nanmean(returns, axis=0), np.nanstd(returns, axis=0)
-            ax.plot(steps, mean, label=name)
-            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+            with warnings.catch_warnings():  # an iteration where only some seeds finished an episode
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(returns, axis=0)
+            (line,) = ax.plot(steps, mean, label=f"{name} (mean of {len(curves)})", linewidth=1.6)
+            for seed_returns in returns:  # each seed faintly behind the mean; gaps where it finished no episode
+                ax.plot(steps, seed_returns, color=line.get_color(), alpha=0.2, linewidth=0.7)
         if result["optimal_return"] is not None:
             ax.axhline(result["optimal_return"], color="k", linestyle="--", linewidth=0.8, label="optimal return")
         ax.set_title(f"{task}: {report['seeds']} seeds per configuration", fontsize=9)
