@@ -1,0 +1,113 @@
+"""The quality mode: its rows (omni-sfp, rl_games, plain skrl), what counts as solved, and its CLI."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from omni_sfp.bench.__main__ import main
+from omni_sfp.bench.quality import (
+    CONFIGS,
+    LQR_SOLVED_RATIO,
+    markdown,
+    plot,
+    rlgames_params,
+    run_quality,
+    select_configs,
+    solved,
+)
+from omni_sfp.config import load_config
+
+
+def test_rlgames_params_map_the_config_one_to_one():
+    cfg = load_config(["task=Cartpole", "train.ppo.mini_batches=2", "train.ppo.value_loss_scale=1.5",
+                       "train.models.units=[32,32]", "train.ppo.learning_rate=5e-4", "max_iterations=7"])
+    c = rlgames_params(cfg, device="cpu", train_dir="/tmp/x", threads=1)["params"]["config"]
+    p = cfg.train.ppo
+    assert c["minibatch_size"] == 512 * p.rollouts // 2 and c["horizon_length"] == p.rollouts
+    assert c["critic_coef"] == 3.0  # rl_games halves its critic loss
+    assert c["mini_epochs"] == p.learning_epochs and c["max_epochs"] == 7
+    assert c["learning_rate"] == 5e-4 and c["lr_schedule"] == "adaptive" and c["kl_threshold"] == p.desired_kl
+    assert c["reward_shaper"]["scale_value"] == p.rewards_scale and c["gamma"] == p.discount_factor
+    assert c["tau"] == p.gae_lambda and c["e_clip"] == p.ratio_clip and c["clip_value"] is True
+    assert c["value_bootstrap"] is True and c["normalize_input"] is True and c["normalize_value"] is True
+    network = rlgames_params(cfg, device="cpu", train_dir="/tmp/x", threads=1)["params"]["network"]
+    assert network["mlp"]["units"] == [32, 32] and network["separate"] is False
+    fixed = load_config(["task=Cartpole", "train.ppo.learning_rate_schedule=fixed"])
+    assert rlgames_params(fixed, device="cpu", train_dir="/tmp/x", threads=1)["params"]["config"]["lr_schedule"] is None
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.ppo.value_clip=0.5", "value_clip 0.5 must equal ratio_clip"),
+    ("train.ppo.kl_threshold=0.05", "no KL early stop"),
+])
+def test_rlgames_params_refuse_what_rl_games_cannot_express(override, message):
+    with pytest.raises(ValueError, match=message):
+        rlgames_params(load_config(["task=Cartpole", override]), device="cpu", train_dir="/tmp/x", threads=1)
+
+
+def test_solved():
+    assert solved(480.0, None, "Cartpole") and not solved(474.9, None, "Cartpole")
+    optimal = -10.0
+    assert solved(LQR_SOLVED_RATIO * optimal, optimal, "LQR60x8")
+    assert not solved(LQR_SOLVED_RATIO * optimal - 0.01, optimal, "LQR60x8")
+    assert solved(None, None, "Cartpole") is False and solved(1.0, None, "gym:Pendulum-v1") is None
+
+
+def test_select_configs():
+    assert select_configs(None) == CONFIGS
+    assert [c.key for c in select_configs("skrl, sfp-fp32")] == ["sfp-fp32", "skrl"]
+    with pytest.raises(ValueError, match="unknown quality configuration 'nope'"):
+        select_configs("sfp-fp32,nope")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--quality", "--quality-configs", "nope"], "unknown quality configuration 'nope'"),
+    (["--quality-configs", "skrl"], "--quality-configs does not apply without --quality"),
+    (["--jobs", "2"], "--jobs does not apply without --quality"),
+    (["--quality", "--quality-set", "train.ppo.learning_rate=-1"], "learning_rate"),
+])
+def test_bad_quality_arguments_print_one_line_and_exit_2(args, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("omni_sfp.bench: error: ") and expected in err and err.count("\n") == 1
+
+
+def test_every_trainer_row_trains_and_is_evaluated(tmp_path):
+    """One tiny run per trainer on the same task and config: each gives a deterministic final return and a
+    learning curve with one point per update, measured by the same episode recorder."""
+    overrides = ["num_envs=8", "task.env.max_episode_length=20", "train.models.units=[16]",
+                 "train.ppo.mini_batches=2", "train.ppo.rollouts=8"]
+    configs = select_configs("sfp-fp32,rl_games,skrl")
+    result = run_quality(tasks=["Cartpole"], seeds=[3], device="cpu", runs_dir=tmp_path, iterations=3,
+                         log=lambda line: None, configs=configs, overrides=overrides)["Cartpole"]
+    assert list(result["configs"]) == [c.name for c in configs]
+    for name, row in result["configs"].items():
+        (final,) = row["final_returns"]
+        assert math.isfinite(final) and 0 < final <= 20, name  # reward <= 1 per step, 20 steps
+        assert row["solved"] == 0 and row["runs"] == 1
+        (curve,) = row["curves"]
+        assert [steps for steps, _ in curve] == [8 * 8, 2 * 8 * 8, 3 * 8 * 8], name
+    assert result["overrides"] == overrides
+
+
+def report_with(finals: dict[str, list[float]], optimal: float | None, task: str) -> dict:
+    curves = [[(100, 1.0), (200, None), (300, 3.0)]]
+    configs = {name: {"final_returns": f, "mean": sum(f) / len(f), "std": 0.0, "runs": len(f),
+                      "solved": sum(bool(solved(x, optimal, task)) for x in f), "training_time_s": 1.0,
+                      "curves": curves * len(f)} for name, f in finals.items()}
+    meta = {"date": "d", "cpu": "c", "device": "cpu", "torch": "t", "skrl": "s", "rl_games": "r", "command": "x"}
+    return {"meta": meta, "seeds": 3, "tasks": {task: {"optimal_return": optimal, "configs": configs, "tests": []}}}
+
+
+def test_markdown_reports_the_fraction_solved_and_the_cost_ratio(tmp_path):
+    text = markdown(report_with({"single pass, fp32": [480.0, 490.0, 300.0]}, None, "Cartpole"))
+    assert "| single pass, fp32 | 423.33 |" in text and "| 2/3 |" in text and "return >= 475" in text
+    text = markdown(report_with({"rl_games 1.6.5, fp32": [-11.0, -12.0, -13.0]}, -10.0, "LQR60x8"))
+    assert "(1.200x optimal cost)" in text and "| 2/3 |" in text
+    path = tmp_path / "q.png"
+    plot(report_with({"a": [1.0, 2.0]}, None, "Cartpole"), path)
+    assert path.stat().st_size > 0
