@@ -497,22 +497,17 @@ class Runner:
         return not self.cfg.train.models.separate and self.cfg.train.sfp.enabled and self.cfg.train.sfp.cache_check != "off"
 
     def evaluate(self, episodes: int) -> float | None:
-        """Mean return of ``episodes`` episodes per env with deterministic (mean) actions."""
+        """Mean return of the first ``episodes`` episodes of every env, with deterministic (mean) actions."""
+        from omni_sfp.evaluation import evaluate
+
         max_length = getattr(self.task, "max_episode_length", None) or getattr(self.env, "max_episode_length", 1000)
         self.agent.enable_training_mode(False)
         self.agent.enable_models_training_mode(False)
-        tracker = EpisodeTracker(self.env.num_envs, self.device)
-        observations, _ = self.env.reset()
-        states = self.env.state()
-        finished = 0
-        with torch.no_grad():
-            for step in range(int(max_length) * episodes):
-                _, outputs = self.agent.act(observations, states, timestep=step, timesteps=0)
-                observations, rewards, terminated, truncated, _ = self.env.step(outputs["mean_actions"])
-                states = self.env.state()
-                tracker.record(rewards, terminated | truncated)
-        total_return, _, finished = tracker.finished.tolist()
-        return total_return / finished if finished else None
+
+        def act(observations: torch.Tensor) -> torch.Tensor:
+            return self.agent.act(observations, self.env.state(), timestep=0, timesteps=0)[1]["mean_actions"]
+
+        return evaluate(self.env, act, episodes=episodes, max_length=int(max_length))
 
     def test(self) -> float | None:
         self.load_state_dict(self._resume_state, source=self.resume_from, models_only=True)

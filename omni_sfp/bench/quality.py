@@ -29,6 +29,7 @@ from scipy import stats
 from skrl.envs.wrappers.torch.base import Wrapper
 
 from omni_sfp.agent import EpisodeTracker
+from omni_sfp.evaluation import evaluate
 
 ENV_NAME = "omni_sfp_quality"
 
@@ -182,18 +183,6 @@ class EpisodeRecorder(Wrapper):
         self.curve.append((self.steps * self.num_envs, mean_return))
 
 
-def evaluate(env, act: Callable[[torch.Tensor], torch.Tensor], max_length: int) -> float | None:
-    """Mean return of one episode per env with deterministic actions: :meth:`Runner.evaluate`'s protocol."""
-    tracker = EpisodeTracker(env.num_envs, env.device)
-    observations, _ = env.reset()
-    with torch.no_grad():
-        for _ in range(max_length):
-            observations, rewards, terminated, truncated, _ = env.step(act(observations))
-            tracker.record(rewards, terminated | truncated)
-    total_return, _, finished = tracker.finished.tolist()
-    return total_return / finished if finished else None
-
-
 def _peer_env(cfg):
     """The task as the runner builds it, wrapped in an :class:`EpisodeRecorder`."""
     from omegaconf import OmegaConf
@@ -324,7 +313,7 @@ def _train_rlgames(task: str, seed: int, *, device: str, runs_dir: Path, iterati
         mu = algo.model({"is_train": False, "prev_actions": None, "obs": algo._preproc_obs(observations)})["mus"]
         return mu.clamp(-1.0, 1.0) if bounded else mu  # bounds are [-1, 1] where bounded: no rescaling needed
 
-    return {"final_return": evaluate(env, act, max_length), "optimal_return": optimal, "curve": env.curve,
+    return {"final_return": evaluate(env, act, episodes=1, max_length=max_length), "optimal_return": optimal, "curve": env.curve,
             "training_time_s": training_time}
 
 
@@ -373,7 +362,7 @@ def _train_skrl(task: str, seed: int, *, device: str, runs_dir: Path, iterations
     def act(observations: torch.Tensor) -> torch.Tensor:
         return agent.act(observations, None, timestep=0, timesteps=0)[1]["mean_actions"]
 
-    return {"final_return": evaluate(env, act, max_length), "optimal_return": optimal, "curve": env.curve,
+    return {"final_return": evaluate(env, act, episodes=1, max_length=max_length), "optimal_return": optimal, "curve": env.curve,
             "training_time_s": training_time}
 
 

@@ -1,0 +1,41 @@
+"""Deterministic evaluation: the mean return of a fixed number of episodes per environment.
+
+Every environment contributes exactly its first ``episodes`` episodes. Counting instead every episode that
+finishes within a fixed number of steps over-weights failures: a Cartpole env that drops the pole after 50
+steps finishes ten episodes in 500 steps while one that balances finishes one, so 10 % failing envs pull a
+mean of ~499 down to ~260. That was the runner's evaluation until issue 12.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def evaluate(env, act: Callable[[torch.Tensor], torch.Tensor], *, episodes: int, max_length: int) -> float | None:
+    """Mean return of the first ``episodes`` episodes of every env of ``env`` (a skrl wrapper), stepping
+    ``act(observations)``'s actions from a reset; None when no episode finished.
+
+    :param max_length: The env's time limit: after ``episodes * max_length`` steps every env has finished
+        ``episodes`` episodes. The loop runs that long without reading anything back (no host sync per step).
+    """
+    observations, _ = env.reset()
+    running = None
+    total = torch.zeros((), dtype=torch.float64, device=observations.device)
+    counted = None
+    with torch.no_grad():
+        for _ in range(int(max_length) * episodes):
+            observations, rewards, terminated, truncated, _ = env.step(act(observations))
+            rewards = rewards.reshape(-1).to(torch.float64)
+            if running is None:
+                running = torch.zeros_like(rewards)
+                counted = torch.zeros(rewards.shape, dtype=torch.long, device=rewards.device)
+            running = running + rewards
+            done = (terminated | truncated).reshape(-1)
+            take = done & (counted < episodes)
+            total = total + torch.where(take, running, 0.0).sum()
+            counted = counted + take.long()
+            running = torch.where(done, 0.0, running)
+    finished = int(counted.sum()) if counted is not None else 0
+    return float(total) / finished if finished else None

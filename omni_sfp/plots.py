@@ -1,0 +1,56 @@
+"""The run folder's ``learning_curve.png``, drawn from the run's history alone.
+
+A point per iteration in which some episode finished, with its marker; a gap (no line) across iterations in
+which none finished, because a straight line there would show returns nobody measured; the deterministic
+evaluation(s) as separate markers at the step they were taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+
+def learning_curve(
+    points: Iterable[tuple[int, float | None]],
+    path: Path,
+    *,
+    title: str,
+    optimal_return: float | None = None,
+    evaluations: Sequence[tuple[int, float]] = (),
+) -> None:
+    """Write the learning curve to ``path``.
+
+    :param points: ``(env steps, mean training return or None)`` per iteration; None (no episode finished in
+        that iteration) leaves a gap.
+    :param title: The figure's title (the run's summary line).
+    :param optimal_return: Drawn as a dashed line when the task knows it (LQR60x8's Riccati optimum).
+    :param evaluations: ``(env steps, deterministic return)`` of the evaluations taken, e.g. the final one.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = list(points)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if any(value is not None for _, value in points):
+        steps = np.array([step for step, _ in points], dtype=float)
+        values = np.array([np.nan if value is None else value for _, value in points], dtype=float)
+        ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.0,  # NaN breaks the line: a gap
+                label="mean episode return (training, stochastic)")
+    if optimal_return is not None:
+        ax.axhline(optimal_return, color="k", linestyle="--", linewidth=0.8, label="optimal return (Riccati)")
+    if evaluations:
+        ax.plot(*zip(*evaluations), linestyle="none", marker="*", markersize=10, color="tab:green",
+                label="deterministic evaluation")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("return")
+    ax.set_title(title, fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # nothing to label when no episode finished yet
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
