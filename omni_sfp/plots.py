@@ -13,6 +13,14 @@ from pathlib import Path
 import numpy as np
 
 
+def series(points: Iterable[tuple[int, float | None]]) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and returns as arrays, NaN where no episode finished (matplotlib draws no line through NaN)."""
+    points = list(points)
+    steps = np.array([step for step, _ in points], dtype=float)
+    values = np.array([np.nan if value is None else value for _, value in points], dtype=float)
+    return steps, values
+
+
 def learning_curve(
     points: Iterable[tuple[int, float | None]],
     path: Path,
@@ -34,11 +42,9 @@ def learning_curve(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = list(points)
+    steps, values = series(points)
     fig, ax = plt.subplots(figsize=(7, 4))
-    if any(value is not None for _, value in points):
-        steps = np.array([step for step, _ in points], dtype=float)
-        values = np.array([np.nan if value is None else value for _, value in points], dtype=float)
+    if not np.isnan(values).all():
         ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.0,  # NaN breaks the line: a gap
                 label="mean episode return (training, stochastic)")
     if optimal_return is not None:
