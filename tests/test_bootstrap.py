@@ -172,7 +172,7 @@ def test_gymnasium_bootstrap_uses_final_obs():
     finally:
         gymnasium.registry.pop("OmniSfpTestRamp-v0")
     truncations = 0
-    for _, next_obs, _, stored, rewards, truncated in records:
+    for _, _, _, stored, rewards, truncated in records:
         expected = rewards + GAMMA * VALUE_SLOPE * 4.0 * truncated
         torch.testing.assert_close(stored, expected)
         truncations += int(truncated.sum())
@@ -198,7 +198,7 @@ def test_embedded_tasks_report_the_pre_reset_observation(task_class):
     short, twin = task_class(5, seed=3, max_episode_length=3), task_class(5, seed=3, max_episode_length=1000)
     short.reset(), twin.reset()
     generator = torch.Generator().manual_seed(0)
-    for step in range(3):
+    for _ in range(3):
         actions = 0.1 * torch.randn(5, short.action_size, generator=generator)
         next_obs, _, terminated, truncated, info = short.step(actions)
         twin_obs, *_ = twin.step(actions)
@@ -219,7 +219,7 @@ def test_shared_model_cache_and_counts_stay_honest():
     records = rollout(agent, env, steps=12)
     assert agent.shareable_calls == 12  # one value call per step, none for the bootstraps
     assert model.sfp_stats.hits == 12
-    for observations, _, infos, stored, rewards, truncated in records[3:4]:  # the truncating step
+    for _, _, infos, stored, rewards, truncated in records[3:4]:  # the truncating step
         with torch.no_grad():
             final_value, _ = model.act({"observations": infos[FINAL_OBSERVATIONS]}, role="value")
         torch.testing.assert_close(stored, rewards + GAMMA * final_value * truncated)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 import multiprocessing
 import time
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
