@@ -12,6 +12,7 @@ anything is compiled, after which the wrapper imports dynamo and marks the metho
 from __future__ import annotations
 
 import sys
+from itertools import chain
 
 _CACHE = "__dynamo_disable"  # the attribute torch._compile._disable_dynamo caches its disabled function in
 _PREFILLED: list = []  # functions whose cache we filled (so that restore touches only those)
@@ -68,25 +69,33 @@ def _undecorated_step(optimizer):
 def eager_optimizer_step(optimizer) -> bool:
     """Give ``optimizer`` a ``step`` that does what torch's does outside ``torch.compile`` without importing
     ``torch._dynamo`` on every call (torch's grad-mode wrapper imports it to place a graph break, which only
-    means something while compiling): the method itself under ``torch.no_grad()``.
+    means something while compiling): the step hooks (global and the optimizer's, in torch's order, e.g. the
+    cache's parameter generation), then the method itself under ``torch.no_grad()``.
 
     Returns False and changes nothing when dynamo is imported already, when the optimizer is differentiable,
-    has step hooks (the wrapper runs them), or its ``step`` is not laid out as expected.
+    or when its ``step`` is not laid out as expected.
     """
     import torch
     from torch.optim import optimizer as optimizer_module
 
-    hooks = (optimizer_module._global_optimizer_pre_hooks, optimizer_module._global_optimizer_post_hooks,
-             optimizer._optimizer_step_pre_hooks, optimizer._optimizer_step_post_hooks)
-    if "torch._dynamo" in sys.modules or optimizer.defaults.get("differentiable") or any(hooks):
+    if "torch._dynamo" in sys.modules or optimizer.defaults.get("differentiable"):
         return False
     method = _undecorated_step(optimizer)
     if method is None:
         return False
+    global_pre, global_post = optimizer_module._global_optimizer_pre_hooks, optimizer_module._global_optimizer_post_hooks
 
-    def step(self, closure=None):
+    def step(self, *args, **kwargs):  # torch.optim.Optimizer.profile_hook_step, less the profiler range
+        args = (self, *args)
+        for pre_hook in chain(global_pre.values(), self._optimizer_step_pre_hooks.values()):
+            result = pre_hook(self, args, kwargs)
+            if result is not None:
+                args, kwargs = result
         with torch.no_grad():
-            loss = method(self, closure)
+            loss = method(*args, **kwargs)
+        self._optimizer_step_code()
+        for post_hook in chain(self._optimizer_step_post_hooks.values(), global_post.values()):
+            post_hook(self, args, kwargs)
         self._opt_called = True  # what an LR scheduler's wrapper of step records
         return loss
 

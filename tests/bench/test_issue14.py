@@ -102,6 +102,9 @@ def test_an_eager_optimizer_never_imports_dynamo_and_steps_exactly_as_torchs_own
         from omni_sfp.coldstart import defer_dynamo_import, eager_optimizer_step, restore_dynamo_guards
         warnings.simplefilter("error")
         assert defer_dynamo_import() >= 2
+        calls = []
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        register_optimizer_step_post_hook(lambda opt, args, kwargs: calls.append(1))
         def train(eager):
             torch.manual_seed(0)
             model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ELU(), torch.nn.Linear(8, 1))
@@ -117,10 +120,10 @@ def test_an_eager_optimizer_never_imports_dynamo_and_steps_exactly_as_torchs_own
             state = opt.state_dict()
             return [p.detach().clone() for p in model.parameters()], state
         eager, eager_state = train(True)
-        assert "torch._dynamo" not in sys.modules
+        assert "torch._dynamo" not in sys.modules and len(calls) == 5  # the global step hook ran every step
         restore_dynamo_guards()
         plain, _ = train(False)
-        assert "torch._dynamo" in sys.modules
+        assert "torch._dynamo" in sys.modules and len(calls) == 10
         assert all(torch.equal(a, b) for a, b in zip(eager, plain))
         assert not eager_optimizer_step(torch.optim.Adam(torch.nn.Linear(1, 1).parameters()))  # dynamo is loaded
         print("ok")
