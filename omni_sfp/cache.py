@@ -118,7 +118,10 @@ def _rng_snapshot(device: torch.device) -> tuple:
     """The state of every generator the trunk can draw from by default: the CPU generator's full state
     (bytes: a memcmp, no tensor op) and, for a CUDA input, that device's Philox offset (a host integer,
     no sync). Taken around a miss: if it moved, the trunk drew random numbers and its result must not be
-    shared (each role draws its own, as in the double pass)."""
+    shared (each role draws its own, as in the double pass). Cost, measured on this project's CPU: about
+    1 us per ``get_state`` plus a 5 KB ``memcmp``, twice per miss and never on a hit (``torch.equal`` on the
+    state tensors took 4.5 us). Deciding once per mode would be cheaper but would miss a trunk that draws on
+    some calls only; a module-type list misses ``F.dropout``, RReLU and noisy layers."""
     state = torch.default_generator.get_state()
     cpu = ctypes.string_at(state.data_ptr(), state.numel())
     if device.type == "cuda":
