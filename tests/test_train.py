@@ -55,7 +55,7 @@ def test_cli_trains_writes_a_complete_run_folder_and_plays_it_back(tmp_path):
         (["test=true", "checkpoint=/nonexistent/run"], "/nonexistent/run"),
         (["device=tpu"], "device='tpu'"),
         (["train.models.units=[]"], "train.models.units"),
-        (["task=Isaac-Ant-v0"], "needs Isaac Lab"),
+        (["task=Isaac-Ant-v0"], "Isaac Lab is not installed here"),
         (["task=gym:NoSuchEnv-v9"], "NoSuchEnv-v9"),
     ],
 )
