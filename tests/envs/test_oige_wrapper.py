@@ -223,7 +223,9 @@ def test_step_shapes_dtypes_and_devices():
     assert terminated.shape == truncated.shape == (NUM_ENVS, 1)
     assert terminated.dtype == truncated.dtype == torch.bool
     assert all(t.device == env.device for t in (obs, reward, terminated, truncated))
-    assert info == {}  # extras pass through as info (OIGE tasks leave them empty)
+    # extras pass through as info (OIGE tasks leave them empty), plus the final observations for the time-limit
+    # bootstrap: OIGE resets in the next step, so the returned observations are the episodes' last ones
+    assert info.keys() == {"final_observations"} and info["final_observations"] is obs
     assert isinstance(env.observation_space, gymnasium.spaces.Box)  # converted from old gym's Box
     assert env.action_space.shape == (ACT,) and float(env.action_space.high[0]) == 1.0
 
