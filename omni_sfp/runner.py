@@ -514,24 +514,13 @@ class Runner:
         return self.evaluate(self.cfg.test_episodes)
 
     def _plot(self, summary: Summary) -> None:
-        import matplotlib
+        from omni_sfp.plots import learning_curve
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        points = [(p.timestep * self.env.num_envs, p.mean_return) for p in summary.history if p.mean_return is not None]
-        fig, ax = plt.subplots(figsize=(7, 4))
-        if points:
-            ax.plot(*zip(*points), label="mean episode return (training, stochastic)")
-        if summary.optimal_return is not None:
-            ax.axhline(summary.optimal_return, color="k", linestyle="--", label="optimal return (Riccati)")
-        if summary.final_return is not None:
-            ax.axhline(summary.final_return, color="tab:green", linestyle=":", label="final return (deterministic)")
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("return")
-        ax.set_title(f"{self.cfg.task.name}: {summary.line()}", fontsize=8)
-        if ax.get_legend_handles_labels()[0]:  # nothing to label when no episode finished yet
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(self.run_dir / "learning_curve.png", dpi=100)
-        plt.close(fig)
+        steps_per_iteration = self.env.num_envs * distributed.world_size()
+        history = summary.history
+        evaluations = ()
+        if summary.final_return is not None and history:
+            evaluations = [(history[-1].timestep * steps_per_iteration, summary.final_return)]
+        learning_curve([(p.timestep * steps_per_iteration, p.mean_return) for p in history],
+                       self.run_dir / "learning_curve.png", title=f"{self.cfg.task.name}: {summary.line()}",
+                       optimal_return=summary.optimal_return, evaluations=evaluations)
