@@ -125,7 +125,7 @@ def resolve(name: str) -> TaskSpec | None:
     if not is_isaaclab_id(name):
         return None
     if version() is None:
-        raise UnknownTaskError(f"task {name!r} needs Isaac Lab, which is not installed here ({INSTALL_HINT})")
+        raise UnknownTaskError(f"task {name!r} is an Isaac Lab id and Isaac Lab is not installed here ({INSTALL_HINT})")
     if not kitless():
         return TaskSpec(name, "isaaclab", ENTRY_POINT, f"Isaac Lab {name} (checked once Isaac Sim starts)")
     check_id(name)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(isaaclab.version() is not None, reason="Isaac La
 
 def test_an_isaac_id_without_isaac_lab_is_refused_at_config_time_with_how_to_install(scratch_registry):
     for name in ("Isaac-Cartpole-Direct", "IsaacContrib-Velocity-Flat-AnymalC"):
-        with pytest.raises(registry.UnknownTaskError, match=r"needs Isaac Lab, which is not installed here"):
+        with pytest.raises(registry.UnknownTaskError, match=r"Isaac Lab id and Isaac Lab is not installed here"):
             registry.get_task(name)
     with pytest.raises(ConfigError, match=r"pip install isaaclab==3.0.0 skrl==2.1.1"):
         load_config(["task=Isaac-Cartpole-Direct"])
