@@ -482,20 +482,26 @@ def test_gradient_penalty_inputs_get_their_own_graph():
 
 
 def test_torch_func_transforms_run_the_trunk_as_written():
-    """grad, vmap, jacrev and forward-mode AD: wrapped tensors and tangents are in no key; the cache steps aside."""
+    """grad, vmap, jacrev and forward-mode AD: wrapped tensors and tangents are in no key; the cache steps aside
+    (it used to serve a tangent-free entry to a dual input, and crash on wrapped parameters and batched inputs)."""
     import torch.autograd.forward_ad as fwAD
 
     sfp = sfp_mlp()
     x, tangent = torch.randn(5, OBS), torch.randn(5, OBS)
     with torch.no_grad():
-        sfp(x)  # an entry the transforms' inputs would match by content
-    assert torch.equal(torch.func.grad(lambda t: sfp(t).sum())(x), torch.func.grad(lambda t: sfp.trunk(t).sum())(x))
-    assert torch.equal(torch.func.vmap(sfp)(x.unsqueeze(1)), torch.func.vmap(sfp.trunk)(x.unsqueeze(1)))
-    assert torch.equal(torch.func.jacrev(sfp)(x[0]), torch.func.jacrev(sfp.trunk)(x[0]))
-    with torch.no_grad(), fwAD.dual_level():
-        got = fwAD.unpack_dual(sfp(fwAD.make_dual(x.clone(), tangent))).tangent
-        expected = fwAD.unpack_dual(sfp.trunk(fwAD.make_dual(x.clone(), tangent))).tangent
+        sfp(x)  # an entry a dual input matches by content
+        with fwAD.dual_level():
+            got = fwAD.unpack_dual(sfp(fwAD.make_dual(x.clone(), tangent))).tangent
+            expected = fwAD.unpack_dual(sfp.trunk(fwAD.make_dual(x.clone(), tangent))).tangent
     assert got is not None and torch.equal(got, expected)
+    params = {name: p.detach() for name, p in sfp.named_parameters()}
+    bare = {name.removeprefix("trunk."): p for name, p in params.items()}
+    got = torch.func.grad(lambda q: torch.func.functional_call(sfp, q, (x,)).sum())(params)
+    expected = torch.func.grad(lambda q: torch.func.functional_call(sfp.trunk, q, (x,)).sum())(bare)
+    assert all(torch.equal(got[name], expected[name.removeprefix("trunk.")]) for name in got)
+    sfp(x[0].clone())  # an entry with the per-sample layout of the vmapped calls
+    assert torch.equal(torch.func.vmap(sfp)(x), torch.func.vmap(sfp.trunk)(x))
+    assert torch.equal(torch.func.jacrev(sfp)(x[0]), torch.func.jacrev(sfp.trunk)(x[0]))
     assert sfp.stats.hits == 0
 
 
