@@ -1,0 +1,182 @@
+"""Export a trained policy for deployment: ``exported/policy.pt`` (TorchScript) and ``exported/policy.onnx``.
+
+What Isaac Lab's ``play.py`` and rsl_rl export, for this runner's models: one module from raw observations to
+actions, with the observation normaliser (skrl's ``RunningStandardScaler``) inside it, the deterministic (mean)
+action of the Gaussian policy, clipped to the action space's finite bounds, which is what every embedded task
+does with the actions it is given. Load it with ``torch.jit.load`` or ``onnxruntime.InferenceSession`` alone:
+neither needs omni_sfp, skrl or the checkpoint.
+
+The ONNX file comes from torch's TorchScript-based exporter (``dynamo=False``): it needs only torch, and writes
+a small MLP in well under a second with the ``onnx`` package; torch 2.13's default (dynamo) exporter also needs
+``onnxscript`` and takes ~20 s for the same graph. ``pip install omni-sfp[export]`` installs ``onnx`` (to write)
+and ``onnxruntime`` (to run the file, as the tests do).
+Both files are written atomically (temporary file, then rename): a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+EXPORT_FOLDER = "exported"
+INPUT_NAME, OUTPUT_NAME = "observations", "actions"
+ONNX_OPSET = 17
+
+
+class ExportError(ValueError):
+    """The model cannot be exported (an unknown model class, a non-Box space): one line naming the cause."""
+
+
+class DeployedPolicy(nn.Module):
+    """Observations -> deterministic actions: normalise (skrl's ``RunningStandardScaler`` arithmetic, the same
+    float32 operations in the same order), the policy network's mean, then the action bounds.
+
+    :param network: The policy's mean network (trunk + head), observations of size ``mean.shape[-1]`` in.
+    :param mean: Running mean of the observations (``None``: no normaliser).
+    :param variance: Running variance of the observations.
+    :param epsilon: Added to the standard deviation, as skrl's scaler does.
+    :param clip_threshold: Normalised observations are clamped to +-this, as skrl's scaler does.
+    :param low: Per-component lower action bound (``-inf``: none).
+    :param high: Per-component upper action bound (``inf``: none).
+    """
+
+    def __init__(self, network: nn.Module, mean: torch.Tensor | None, variance: torch.Tensor | None,
+                 epsilon: float, clip_threshold: float, low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.network = network
+        self.normalize = mean is not None
+        size = low.shape[-1] if mean is None else mean.shape[-1]
+        # skrl keeps float64 statistics and computes with their float32 casts: store exactly those casts
+        self.register_buffer("obs_mean", (mean if mean is not None else torch.zeros(size)).float().clone())
+        self.register_buffer("obs_std", (variance.float().sqrt() if variance is not None else torch.ones(size)).clone())
+        self.epsilon = float(epsilon)
+        self.clip_threshold = float(clip_threshold)
+        self.clip_low = bool(torch.isfinite(low).any())
+        self.clip_high = bool(torch.isfinite(high).any())
+        # an infinite bound stays infinite: clamping to +-inf changes nothing, component by component
+        self.register_buffer("action_low", low.float().clone())
+        self.register_buffer("action_high", high.float().clone())
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        x = observations
+        if self.normalize:
+            x = torch.clamp((x - self.obs_mean) / (self.obs_std + self.epsilon), min=-self.clip_threshold,
+                            max=self.clip_threshold)
+        actions = self.network(x)
+        if self.clip_low:
+            actions = torch.maximum(actions, self.action_low)
+        if self.clip_high:
+            actions = torch.minimum(actions, self.action_high)
+        return actions
+
+
+@dataclass(frozen=True)
+class ExportedPolicy:
+    """Where :func:`export_policy` wrote the two files."""
+
+    torchscript: Path
+    onnx: Path
+
+
+def policy_network(policy: nn.Module) -> nn.Module:
+    """The module that maps normalised observations to mean actions, for the models of omni_sfp.models.
+
+    The shared model's trunk is taken from inside its single-forward-pass cache (the cache keys its entries in
+    Python and has nothing to do at deployment); a ``torch.compile``-d part is exported as its original module.
+
+    :raises ExportError: Another model class (its ``compute`` may do anything; wrap it yourself).
+    """
+    from omni_sfp.models import GaussianActor, SharedActorCritic
+
+    def plain(module: nn.Module) -> nn.Module:
+        return getattr(module, "_orig_mod", module)
+
+    if isinstance(policy, SharedActorCritic):
+        return nn.Sequential(plain(policy.trunk.trunk), policy.policy_head)
+    if isinstance(policy, GaussianActor):
+        return plain(policy.net)
+    raise ExportError(f"cannot export a {type(policy).__name__}: export knows SharedActorCritic and GaussianActor "
+                      "(omni_sfp.models)")
+
+
+def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | None, action_space) -> DeployedPolicy:
+    """A CPU float32 copy of ``policy``'s deterministic path, normaliser folded in (the originals are untouched).
+
+    :param observation_preprocessor: The agent's observation normaliser (``None`` or skrl's empty preprocessor
+        when ``observation_normalization`` is off).
+    :param action_space: A Gymnasium ``Box``: its finite bounds clip the actions.
+    :raises ExportError: Not a Box action space, or an unknown model or normaliser.
+    """
+    import gymnasium
+
+    if not isinstance(action_space, gymnasium.spaces.Box):
+        raise ExportError(f"cannot export a policy for a {type(action_space).__name__} action space (only Box)")
+    network = copy.deepcopy(policy_network(policy)).to("cpu", torch.float32).eval()
+    for parameter in network.parameters():
+        parameter.requires_grad_(False)
+    mean = variance = None
+    epsilon, clip_threshold = 0.0, float("inf")
+    if isinstance(observation_preprocessor, nn.Module):
+        if not hasattr(observation_preprocessor, "running_mean"):
+            raise ExportError(f"cannot fold a {type(observation_preprocessor).__name__} observation preprocessor "
+                              "into the exported policy (only skrl's RunningStandardScaler)")
+        mean = observation_preprocessor.running_mean.detach().cpu()
+        variance = observation_preprocessor.running_variance.detach().cpu()
+        epsilon, clip_threshold = observation_preprocessor.epsilon, observation_preprocessor.clip_threshold
+    low = torch.as_tensor(np.asarray(action_space.low, dtype=np.float32)).flatten()
+    high = torch.as_tensor(np.asarray(action_space.high, dtype=np.float32)).flatten()
+    return DeployedPolicy(network, mean, variance, epsilon, clip_threshold, low, high).eval()
+
+
+def export_policy(policy: nn.Module, observation_preprocessor: nn.Module | None, action_space, folder: str | Path,
+                  *, observation_size: int | None = None) -> ExportedPolicy:
+    """Write ``folder/policy.pt`` (TorchScript) and ``folder/policy.onnx`` (input ``observations`` of shape
+    ``(batch, obs)``, output ``actions`` of shape ``(batch, act)``, any batch size).
+
+    :param observation_size: Length of an observation (default: the policy's ``num_observations``).
+    :raises ExportError: The onnx package is missing, or :func:`deployed_policy` refuses the model.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("onnx") is None:
+        raise ExportError("export=true writes policy.onnx with the onnx package, which is not installed: "
+                          "pip install 'omni-sfp[export]'")
+    module = deployed_policy(policy, observation_preprocessor, action_space)
+    size = int(observation_size if observation_size is not None else policy.num_observations)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript; deployers still load it
+        scripted = torch.jit.script(module)
+    torchscript = _atomic(folder / "policy.pt", lambda tmp: scripted.save(str(tmp)))
+    example = torch.zeros(2, size)
+
+    def write_onnx(tmp: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript-based exporter's deprecation notice
+            torch.onnx.export(module, (example,), str(tmp), dynamo=False, opset_version=ONNX_OPSET,
+                              input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                              dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
+
+    onnx = _atomic(folder / "policy.onnx", write_onnx)
+    return ExportedPolicy(torchscript, onnx)
+
+
+def _atomic(path: Path, write: Callable[[Path], None]) -> Path:
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
