@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .base import VecTask
@@ -40,6 +41,8 @@ class Cartpole(VecTask):
     SUBSTEPS = 2  # physics substeps per control step
     TERMINATION_REWARD = -2.0
     INITIAL_RANGES = (1.0, 0.5, math.pi / 8, 0.5)  # half-widths of the uniform initial state
+    # Gymnasium's convention, read by the video recorder: one frame per control step (SIM_DT * SUBSTEPS = 1/30 s)
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(
         self,
@@ -107,3 +110,40 @@ class Cartpole(VecTask):
 
     def _observations(self) -> torch.Tensor:
         return self.state
+
+    def render(self, env_index: int = 0, *, width: int = 480, height: int = 240) -> np.ndarray:
+        """One ``rgb_array`` frame of environment ``env_index``: track, the ``reset_dist`` limits (red), cart and
+        pole, drawn with numpy into a ``(height, width, 3)`` uint8 array. The state is read from the device only
+        here, so a run that does not record never synchronises for it.
+        """
+        if not 0 <= env_index < self.num_envs:
+            raise ValueError(f"env_index={env_index}: this task has {self.num_envs} environments")
+        x, _, theta, _ = self.state[env_index].tolist()
+        span = self.reset_dist + 0.6  # metres shown either side of the origin
+        scale = width / (2 * span)  # pixels per metre
+        to_col = lambda metres: (metres + span) * scale  # noqa: E731
+        ground = int(0.75 * height)  # row of the track
+        frame = np.full((height, width, 3), 245, dtype=np.uint8)
+        frame[ground : ground + 2, :] = (120, 120, 120)
+        for limit in (-self.reset_dist, self.reset_dist):
+            col = int(to_col(limit))
+            frame[ground - int(0.15 * scale) : ground + 2, max(0, col - 1) : col + 2] = (200, 40, 40)
+        cart_col, cart_top = to_col(x), ground - 0.25 * scale
+        half_w = 0.25 * scale
+        frame[int(cart_top) : ground, max(0, int(cart_col - half_w)) : max(0, int(cart_col + half_w) + 1)] = (40, 70, 160)
+        # the pole: a segment from the pivot (top centre of the cart), angle 0 upright, positive towards +x; only
+        # the pixels of its bounding box are tested
+        length, thickness = 2 * self.POLE_HALF_LENGTH * scale, max(2.0, 0.03 * scale)
+        base = np.array([cart_col, cart_top])
+        direction = np.array([length * math.sin(theta), -length * math.cos(theta)])
+        lo = np.floor(np.minimum(base, base + direction) - thickness).astype(int)
+        hi = np.ceil(np.maximum(base, base + direction) + thickness).astype(int)
+        c0, c1 = max(lo[0], 0), min(hi[0], width)
+        r0, r1 = max(lo[1], 0), min(hi[1], height)
+        if c0 < c1 and r0 < r1:
+            cols = np.arange(c0, c1, dtype=np.float32)[None, :] - base[0]
+            rows = np.arange(r0, r1, dtype=np.float32)[:, None] - base[1]
+            along = np.clip((cols * direction[0] + rows * direction[1]) / (direction @ direction), 0.0, 1.0)
+            near = np.hypot(cols - along * direction[0], rows - along * direction[1]) <= thickness
+            frame[r0:r1, c0:c1][near] = (230, 140, 30)
+        return frame
