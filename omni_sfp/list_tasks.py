@@ -1,0 +1,231 @@
+"""``python -m omni_sfp.list_tasks [--kind KIND] [--json]``: every task ``task=`` accepts, with its observation and
+action sizes and where its config comes from.
+
+- embedded: this package's tasks; sizes from the task built with one environment on the CPU (its
+  ``cfg/task/<Task>.yaml`` arguments), config from ``cfg/task/<Task>.yaml`` + ``cfg/train/<Task>PPO.yaml``.
+- oige (OmniIsaacGymEnvs installed): sizes read from its task sources (``self._num_observations = N`` in the
+  class its ``utils/task_util.py`` maps the name to; ``-`` where a task computes them), config from its own
+  ``cfg/task/<Task>.yaml`` + ``cfg/train/<Task>PPO.yaml``. Nothing from OmniIsaacGymEnvs is imported.
+- isaaclab (Isaac Lab installed): the ``Isaac-*`` Gymnasium ids ``isaaclab_tasks`` registers; sizes from the
+  env config class where it states them (direct workflows' ``observation_space``/``action_space``), config
+  from the ids' ``env_cfg_entry_point`` and ``skrl_cfg_entry_point``.
+- gymnasium: any ``gym:<Id>`` works without being listed; ``--kind gymnasium`` lists the ids Gymnasium knows.
+
+Exit codes: 0 listed; 2 misuse (an unknown option or kind), on one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+KINDS = ("embedded", "oige", "isaaclab", "gymnasium")
+ISAACLAB_PREFIXES = ("Isaac-", "IsaacContrib-")
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One line of the listing (``None`` sizes: not known without starting the simulator)."""
+
+    name: str
+    kind: str
+    observations: int | None
+    actions: int | None
+    config: str
+    description: str = ""
+
+
+def embedded_rows() -> list[TaskRow]:
+    from omegaconf import OmegaConf
+
+    from omni_sfp import registry
+    from omni_sfp.config import config_dir
+
+    rows = []
+    for name in registry.list_tasks("embedded"):
+        spec = registry.get_task(name)
+        module_name, attr = spec.entry_point.split(":")
+        task_class = getattr(importlib.import_module(module_name), attr)
+        task_file = config_dir() / "task" / f"{name}.yaml"
+        kwargs = dict(spec.kwargs)
+        if task_file.is_file():
+            env = OmegaConf.to_container(OmegaConf.load(task_file).get("env", {}), resolve=True)
+            kwargs.update({k: v for k, v in env.items() if k != "num_envs"})
+        task = task_class(1, "cpu", 0, **kwargs)
+        rows.append(TaskRow(name, "embedded", task.observation_size, task.action_size,
+                            f"cfg/task/{name}.yaml + cfg/train/{name}PPO.yaml", spec.description))
+        task.close()
+    return rows
+
+
+def oige_rows(package: Path | None = None) -> list[TaskRow]:
+    from omni_sfp.envs import oige
+
+    package = package or oige.package_dir()
+    if package is None:
+        return []
+    classes = _oige_task_classes(package)
+    taken = _registered(None) - _registered("oige")  # the names register_oige_tasks prefixes with OIGE-
+    rows = []
+    for task in oige.task_names(package):
+        name = task if task not in taken else f"{oige.PREFIX}{task}"
+        observations, actions = _oige_sizes(package, *classes.get(task, (None, None)))
+        rows.append(TaskRow(name, "oige", observations, actions,
+                            f"{package}/cfg/task/{task}.yaml + cfg/train/{task}PPO.yaml",
+                            f"OmniIsaacGymEnvs {task} (Isaac Sim, PhysX)"))
+    return rows
+
+
+def _registered(kind: str | None) -> set[str]:
+    from omni_sfp import registry
+
+    return set(registry.list_tasks(kind))
+
+
+def _oige_task_classes(package: Path) -> dict[str, tuple[str, str]]:
+    """``task name -> (module, class)`` from ``utils/task_util.py``'s imports and its ``task_map`` dict."""
+    source = package / "utils" / "task_util.py"
+    if not source.is_file():
+        return {}
+    tree = ast.parse(source.read_text())
+    modules = {alias.asname or alias.name: node.module for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    mapping = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Name) \
+                        and value.id in modules:
+                    mapping[key.value] = (modules[value.id], value.id)
+    return mapping
+
+
+def _oige_sizes(package: Path, module: str | None, class_name: str | None) -> tuple[int | None, int | None]:
+    """The literal ``self._num_observations`` / ``self._num_actions`` a task class sets (None: not one literal)."""
+    if module is None:
+        return None, None
+    path = package.parent / Path(*module.split(".")).with_suffix(".py")
+    if not path.is_file():
+        return None, None
+    found: dict[str, set] = {"_num_observations": set(), "_num_actions": set()}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.ClassDef) and node.name == class_name):
+            continue
+        for assign in ast.walk(node):
+            if isinstance(assign, ast.Assign):
+                for target in assign.targets:
+                    if isinstance(target, ast.Attribute) and target.attr in found and \
+                            isinstance(target.value, ast.Name) and target.value.id == "self":
+                        value = assign.value
+                        found[target.attr].add(value.value if isinstance(value, ast.Constant) else None)
+
+    def single(values: set) -> int | None:
+        return next(iter(values)) if len(values) == 1 and isinstance(next(iter(values)), int) else None
+
+    return single(found["_num_observations"]), single(found["_num_actions"])
+
+
+def isaaclab_rows() -> list[TaskRow]:
+    """The ``Isaac-*`` ids, after importing ``isaaclab_tasks`` (it registers them; no Kit needed in Isaac Lab 3)."""
+    if importlib.util.find_spec("isaaclab_tasks") is None:
+        return []
+    import gymnasium
+
+    importlib.import_module("isaaclab_tasks")
+    rows = []
+    for task_id in sorted(gymnasium.registry):
+        if not task_id.startswith(ISAACLAB_PREFIXES):
+            continue
+        kwargs = gymnasium.registry[task_id].kwargs or {}
+        entry = kwargs.get("env_cfg_entry_point")
+        sources = [_entry_name(entry)] if entry is not None else []
+        if kwargs.get("skrl_cfg_entry_point") is not None:
+            sources.append(_entry_name(kwargs["skrl_cfg_entry_point"]))
+        observations, actions = _isaaclab_sizes(entry)
+        rows.append(TaskRow(task_id, "isaaclab", observations, actions, " + ".join(sources) or "-", "Isaac Lab"))
+    return rows
+
+
+def _entry_name(entry: Any) -> str:
+    if isinstance(entry, str):
+        return entry
+    return f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', type(entry).__name__)}"
+
+
+def _isaaclab_sizes(entry: Any) -> tuple[int | None, int | None]:
+    """A direct workflow's env config states ``observation_space`` and ``action_space`` as ints; others: None."""
+    cfg_class = entry
+    if isinstance(entry, str) and ":" in entry and not entry.endswith((".yaml", ".yml")):
+        module_name, attr = entry.split(":", 1)
+        try:
+            cfg_class = getattr(importlib.import_module(module_name), attr)
+        except Exception:  # a task module that needs more than this machine has: list it without sizes
+            return None, None
+    sizes = [getattr(cfg_class, key, None) for key in ("observation_space", "action_space")]
+    return tuple(s if isinstance(s, int) and not isinstance(s, bool) else None for s in sizes)
+
+
+def gymnasium_rows() -> list[TaskRow]:
+    import gymnasium
+
+    return [TaskRow(f"gym:{task_id}", "gymnasium", None, None, "Gymnasium's registry + cfg/train/GenericPPO.yaml")
+            for task_id in sorted(gymnasium.registry) if not task_id.startswith(ISAACLAB_PREFIXES)]
+
+
+def rows(kind: str | None = None) -> list[TaskRow]:
+    """The listing, all kinds but the long Gymnasium one unless ``kind`` picks one."""
+    makers = {"embedded": embedded_rows, "oige": oige_rows, "isaaclab": isaaclab_rows, "gymnasium": gymnasium_rows}
+    kinds = [kind] if kind else ["embedded", "oige", "isaaclab"]
+    return [row for k in kinds for row in makers[k]()]
+
+
+def format_table(listing: list[TaskRow]) -> str:
+    def size(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    header = ("task", "kind", "obs", "act", "config")
+    lines = [(r.name, r.kind, size(r.observations), size(r.actions), r.config) for r in listing]
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(4)]
+
+    def render(line: tuple[str, ...]) -> str:
+        return (f"{line[0]:<{widths[0]}}  {line[1]:<{widths[1]}}  {line[2]:>{widths[2]}}  "
+                f"{line[3]:>{widths[3]}}  {line[4]}")
+
+    return "\n".join(render(line) for line in [header, *lines])
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, as omni_sfp.train does
+        print(f"omni_sfp.list_tasks: error: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="python -m omni_sfp.list_tasks", description=__doc__.split("\n")[0])
+    parser.add_argument("--kind", choices=KINDS, help="list one kind only (gymnasium: only when asked)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per task")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    listing = rows(args.kind)
+    if args.json:
+        text = "\n".join(json.dumps(asdict(row)) for row in listing)
+    else:
+        text = format_table(listing)
+        if args.kind is None:
+            text += ("\n\nAlso any Gymnasium id as gym:<Id> (e.g. task=gym:Pendulum-v1); list them with --kind "
+                     "gymnasium. Train one with: python -m omni_sfp.train task=<task>")
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        sys.stderr.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
