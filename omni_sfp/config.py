@@ -158,6 +158,20 @@ def validate(cfg: DictConfig) -> None:
             f"{ppo.rollouts} = {samples} is not divisible by it"
         )
     _validate_task_env(cfg)
+    _validate_outputs(cfg)
+
+
+def _validate_outputs(cfg: DictConfig) -> None:
+    """video / export / wandb_* keys: their modules check them (and that their optional packages are installed)."""
+    from omni_sfp import export, video
+    from omni_sfp.wandb_logging import WandbSettings
+
+    try:
+        video.check_config(cfg)
+        export.check_config(cfg)
+        WandbSettings.from_config(cfg)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _require_int(cfg: DictConfig, key: str, *, minimum: int) -> int:

@@ -79,6 +79,21 @@ class DeployedPolicy(nn.Module):
         return actions
 
 
+def check_config(cfg) -> None:
+    """``export`` of a run config: a bool, and the onnx package installed when it is true (checked before training,
+    not after it).
+
+    :raises ExportError: naming the problem.
+    """
+    import importlib.util
+
+    if not isinstance(cfg.export, bool):
+        raise ExportError(f"export={cfg.export!r}: expected true or false")
+    if cfg.export and importlib.util.find_spec("onnx") is None:
+        raise ExportError("export=true writes policy.onnx with the onnx package, which is not installed: "
+                          "pip install 'omni-sfp[export]'")
+
+
 @dataclass(frozen=True)
 class ExportedPolicy:
     """Where :func:`export_policy` wrote the two files."""

@@ -31,10 +31,11 @@ from omegaconf import DictConfig, OmegaConf
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 from omni_sfp import checkpoint as ckpt
-from omni_sfp import distributed
+from omni_sfp import distributed, video
 from omni_sfp.agent import SFPPPO, EpisodeTracker
 from omni_sfp.config import ConfigError, max_iterations, num_envs
 from omni_sfp.loop import Learner, Progress, SFPTrainer, StopRequested  # noqa: F401 (SFPTrainer: the bench's name)
+from omni_sfp.export import ExportedPolicy
 from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 from omni_sfp.registry import make_env
 
@@ -261,8 +262,17 @@ class Runner:
         set_seed(cfg.seed, deterministic=cfg.torch_deterministic)  # skrl adds the rank when distributed
         self.run_dir = None if cfg.test or self.rank != 0 else self._make_run_dir()
         task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
+        if cfg.video:
+            task_cfg.update(video.render_options(cfg.task.name))
         self.env = make_env(cfg.task.name, num_envs=num_envs(cfg), device=self.device, seed=cfg.seed + self.rank,
                             headless=cfg.headless, task_cfg=task_cfg)
+        self.outputs_dir = self._outputs_dir()  # videos/ and exported/ (None on ranks > 0)
+        if cfg.video and self.outputs_dir is not None:  # test=true: one clip from the start of the evaluation
+            self.env = video.RecordingEnv(self.env, self.outputs_dir / "videos" / ("play" if cfg.test else "train"),
+                                          video_length=cfg.video_length,
+                                          video_interval=None if cfg.test else cfg.video_interval)
+        self.videos: list[Path] = []
+        self.exported: ExportedPolicy | None = None
         self.models = build_models(cfg, self.env, self.device)
         self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)
         self.learner = Learner(self.env, self.agent, iterations=max_iterations(cfg), log=self._log,
@@ -275,6 +285,36 @@ class Runner:
         self._last_checkpoint: Path | None = None
 
     # -- run folder -----------------------------------------------------------------------------------------
+    def _outputs_dir(self) -> Path | None:
+        """Where videos and the exported policy go: the run folder, or with test=true the checkpoint's run folder
+        (Isaac Lab's play.py writes there too), else the checkpoint's own folder."""
+        if self.run_dir is not None or self.rank != 0:
+            return self.run_dir
+        return ckpt.run_folder_of(self.resume_from) or self.resume_from.parent
+
+    def _finish_outputs(self) -> None:
+        """The clip the run ended in, and ``export=true``'s ``exported/policy.pt`` and ``policy.onnx``."""
+        if isinstance(self.env, video.RecordingEnv):
+            self.env.flush()
+            self.videos = list(self.env.written)
+        if self.cfg.export and self.outputs_dir is not None:
+            from omni_sfp.export import export_policy
+
+            self.agent.enable_models_training_mode(False)
+            self.exported = export_policy(self.agent.policy, self.agent.checkpoint_modules.get("observation_preprocessor"),
+                                          self.env.action_space, self.outputs_dir / "exported")
+
+    def _start_wandb(self):
+        """``wandb_activate=true``: a W&B run in the run folder with the config, mirroring TensorBoard."""
+        from omni_sfp import wandb_logging
+
+        settings = wandb_logging.WandbSettings.from_config(self.cfg)
+        if not settings.activate:
+            return None
+        run = wandb_logging.start_run(settings, OmegaConf.to_container(self.cfg, resolve=True), self.run_dir)
+        wandb_logging.mirror(self.agent, run)
+        return run
+
     def _make_run_dir(self) -> Path:
         if self.cfg.resume:
             run_dir = ckpt.run_folder_of(self.resume_from)
@@ -438,6 +478,8 @@ class Runner:
                 self._resume_state = None
                 if main and cfg.resume:
                     self._forget_after(self.learner.iteration)
+                if isinstance(self.env, video.RecordingEnv):  # clips keep their place: step-<n> counts the whole run
+                    self.env.step_count = self.learner.iteration * cfg.train.ppo.rollouts
             if main:
                 self._output = ProgressOutput(
                     [self.run_dir / "progress.jsonl", *([Path(cfg.progress_file)] if cfg.progress_file else [])],
@@ -445,12 +487,15 @@ class Runner:
                     console="bar" if sys.stdout.isatty() and not self.disable_progressbar else "lines",
                     cache_in_use=self._cache_in_use,
                 )
+            wandb_run = self._start_wandb() if main else None
             start = time.perf_counter()
             try:
                 self.learner.learn()
             finally:
                 if self._output is not None:
                     self._output.close()
+                if wandb_run is not None:
+                    wandb_run.finish()
             elapsed = time.perf_counter() - start
         learner = self.learner
         steps_done = (learner.iteration - learner.start_iteration) * cfg.train.ppo.rollouts * self.env.num_envs
@@ -473,6 +518,7 @@ class Runner:
         )
         if main:
             self._plot(summary)
+            self._finish_outputs()
         return summary
 
     def _forget_after(self, iteration: int) -> None:
@@ -511,7 +557,9 @@ class Runner:
 
     def test(self) -> float | None:
         self.load_state_dict(self._resume_state, source=self.resume_from, models_only=True)
-        return self.evaluate(self.cfg.test_episodes)
+        mean_return = self.evaluate(self.cfg.test_episodes)
+        self._finish_outputs()
+        return mean_return
 
     def _plot(self, summary: Summary) -> None:
         from omni_sfp.plots import learning_curve

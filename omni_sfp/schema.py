@@ -163,6 +163,20 @@ TOP: tuple[Setting, ...] = (
     _s("runs_dir", "str", "runs", "where run folders are created (relative to the working directory)"),
     _s("progress_file", "str", None, "also append one JSON line per iteration here (the Kit panel reads it)",
        nullable=True),
+    # outputs beyond checkpoints (Isaac Lab's --video flags, its play.py export, OmniIsaacGymEnvs' wandb_* keys)
+    _s("video", "bool", False, "record clips of env 0 (Cartpole, gym:<Id>, Isaac Lab with cameras): training into "
+       "<run>/videos/train, test=true into videos/play of the checkpoint's run folder"),
+    _s("video_length", "int", 200, "steps per clip (Isaac Lab's --video_length)", minimum=1),
+    _s("video_interval", "int", 2000, "training: a clip starts every this many steps (Isaac Lab's --video_interval); "
+       "test=true: one clip from the start", minimum=1),
+    _s("export", "bool", False, "write exported/policy.pt (TorchScript) and policy.onnx, normaliser folded in, mean "
+       "actions clipped as the task clips them: after training, or at test=true next to the checkpoint"),
+    _s("wandb_activate", "bool", False, "log the config and every TensorBoard scalar to Weights & Biases "
+       "(pip install omni-sfp[wandb]; WANDB_MODE=offline needs no network)"),
+    _s("wandb_project", "str", "omni_sfp", "W&B project", pattern=r".*\S.*", grammar="a non-empty project name"),
+    _s("wandb_entity", "str", "", "W&B entity (team or user); empty: your default"),
+    _s("wandb_group", "str", "", "W&B run group; empty: none"),
+    _s("wandb_name", "str", "", "W&B run name; empty: the run folder's name"),
 )
 
 # cfg/train/PPO.yaml (keys under `train.`): the base every cfg/train/<Task>PPO.yaml inherits. Keys mirror

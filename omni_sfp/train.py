@@ -94,13 +94,16 @@ def _run(argv: list[str]) -> int:
         return EXIT_USAGE
 
     if cfg.test:
+        from omni_sfp.video import VideoError
+
         try:
             mean_return = runner.test()
-        except CheckpointError as error:
+        except (CheckpointError, VideoError) as error:
             _error(error)
             return EXIT_USAGE
         shown = "no episode finished" if mean_return is None else f"{mean_return:.2f}"
         print(f"Test: {cfg.task.name} | checkpoint {runner.resume_from} | mean return (deterministic): {shown}")
+        _print_outputs(runner)
         return EXIT_OK
 
     from omni_sfp.agent import NonFiniteError
@@ -112,9 +115,12 @@ def _run(argv: list[str]) -> int:
         print(f"[omni_sfp] task {cfg.task.name} | {runner.env.num_envs} envs on {runner.device}{processes} | "
               f"{precision_note(runner.device, cfg.train.mixed_precision)} | run folder {runner.run_dir}{resumed}",
               flush=True)
+    from omni_sfp.video import VideoError
+    from omni_sfp.wandb_logging import WandbError
+
     try:
         summary = runner.train()
-    except CheckpointError as error:
+    except (CheckpointError, VideoError, WandbError) as error:
         _error(error)
         return EXIT_USAGE
     except NonFiniteError as error:  # every rank of a multi-process run says it; rank 0 knows the checkpoint
@@ -132,6 +138,7 @@ def _run(argv: list[str]) -> int:
             ratio = summary.final_return / summary.optimal_return
             line += f" | optimal: {summary.optimal_return:.2f} | cost vs optimal: {ratio:.3f}x"
         print(line)
+    _print_outputs(runner)
     print(summary.line(), flush=True)
     if summary.interrupted is not None:
         print(f"[omni_sfp] stopped by {summary.interrupted} after iteration {summary.iterations}; checkpoint "
@@ -139,6 +146,15 @@ def _run(argv: list[str]) -> int:
               file=sys.stderr, flush=True)
         return 128 + signal.Signals[summary.interrupted]
     return EXIT_OK
+
+
+def _print_outputs(runner) -> None:
+    """Where video=true's clips and export=true's files went."""
+    if runner.videos:
+        many = f" (+{len(runner.videos) - 1} more in that folder)" if len(runner.videos) > 1 else ""
+        print(f"[omni_sfp] video: {runner.videos[-1]}{many}")
+    if runner.exported is not None:
+        print(f"[omni_sfp] exported policy: {runner.exported.torchscript} and {runner.exported.onnx}")
 
 
 if __name__ == "__main__":

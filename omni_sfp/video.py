@@ -37,6 +37,43 @@ def check_settings(video_length: Any, video_interval: Any) -> None:
             raise VideoError(f"{key}={value!r}: expected an integer >= 1 (steps)")
 
 
+def check_config(cfg: Any) -> None:
+    """``video``, ``video_length``, ``video_interval`` of a run config, and whether its task can be recorded.
+
+    :raises VideoError: a bad value, or ``video=true`` for a task that draws no frames.
+    """
+    if not isinstance(cfg.video, bool):
+        raise VideoError(f"video={cfg.video!r}: expected true or false")
+    check_settings(cfg.video_length, cfg.video_interval)
+    if not cfg.video:
+        return
+    from omni_sfp.registry import get_task
+
+    spec = get_task(cfg.task.name)
+    if spec.kind == "oige":
+        raise VideoError(f"video=true: task {cfg.task.name} (OmniIsaacGymEnvs) renders no rgb_array frames; record it "
+                         "with Isaac Sim's Movie Capture")
+    if spec.kind == "embedded":
+        import importlib
+
+        module_name, attr = spec.entry_point.split(":")
+        if not callable(getattr(getattr(importlib.import_module(module_name), attr), "render", None)):
+            raise VideoError(f"video=true: task {cfg.task.name} draws nothing (the embedded task with a renderer is "
+                             "Cartpole; Gymnasium ids and Isaac Lab tasks render too)")
+
+
+def render_options(task_name: str) -> dict[str, Any]:
+    """What a task's env needs at creation to render ``rgb_array`` frames (merged into its ``task.env``)."""
+    from omni_sfp.registry import get_task
+
+    kind = get_task(task_name).kind
+    if kind == "gymnasium":
+        return {"render_mode": "rgb_array"}
+    if kind == "isaaclab":  # Isaac Lab's train.py --video: render_mode for gym.make, and cameras for the app
+        return {"render_mode": "rgb_array", "enable_cameras": True}
+    return {}
+
+
 def mp4_available() -> bool:
     """True when imageio and imageio-ffmpeg (its bundled ffmpeg binary) are installed."""
     import importlib.util

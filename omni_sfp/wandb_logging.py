@@ -47,7 +47,7 @@ class WandbSettings:
             if key not in cfg:
                 continue
             value = cfg[key]
-            if value is None and field not in ("activate", "project"):
+            if value in (None, "") and field not in ("activate", "project"):  # OIGE's '' means unset
                 values[field] = None
                 continue
             if not isinstance(value, kind) or (kind is str and isinstance(value, bool)):
