@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__.strip())
         print("\nEvery key, its default, range and meaning: omni_sfp/schema.py (the README's Configuration table).")
+        print("Every task, its sizes and config source: python -m omni_sfp.list_tasks")
         return EXIT_OK
     from omni_sfp import distributed
 
