@@ -476,8 +476,6 @@ class Runner:
             if self._resume_state is not None:
                 self.load_state_dict(self._resume_state, source=self.resume_from)
                 self._resume_state = None
-                if isinstance(self.env, video.RecordingEnv):  # clips keep their place: step-<n> counts the whole run
-                    self.env.step_count = trainer.start_timestep
                 if main and cfg.resume:
                     self._forget_after(self.learner.iteration)
                 if isinstance(self.env, video.RecordingEnv):  # clips keep their place: step-<n> counts the whole run
