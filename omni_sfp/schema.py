@@ -173,7 +173,7 @@ TOP: tuple[Setting, ...] = (
        "actions clipped as the task clips them: after training, or at test=true next to the checkpoint"),
     _s("wandb_activate", "bool", False, "log the config and every TensorBoard scalar to Weights & Biases "
        "(pip install omni-sfp[wandb]; WANDB_MODE=offline needs no network)"),
-    _s("wandb_project", "str", "omni_sfp", "W&B project", pattern=r".*\S.*", grammar="a non-empty project name"),
+    _s("wandb_project", "str", "omni_sfp", "W&B project (not empty when wandb_activate=true)"),
     _s("wandb_entity", "str", "", "W&B entity (team or user); empty: your default"),
     _s("wandb_group", "str", "", "W&B run group; empty: none"),
     _s("wandb_name", "str", "", "W&B run name; empty: the run folder's name"),

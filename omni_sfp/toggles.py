@@ -71,6 +71,8 @@ TOGGLES: tuple[Toggle, ...] = (
     _toggle("headless", "headless"),
     _toggle("seed", "seed"),
     _toggle("device", "device"),
+    _toggle("video", "video"),  # Train and Test record clips into the run folder (videos/)
+    _toggle("export", "export"),  # Train and Test write exported/policy.pt and policy.onnx
     _toggle("python_exe", None),
 )
 TOGGLE_BY_KEY: dict[str, Toggle] = {t.key: t for t in TOGGLES}

@@ -133,6 +133,8 @@ def test_every_override_reaches_its_config_key(tmp_path):
         "headless": False,
         "seed": 7,
         "device": "cuda:1",
+        "video": True,
+        "export": True,
     }
     model = PanelModel(values)
     cfg = compose(model.to_overrides())

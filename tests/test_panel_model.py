@@ -193,6 +193,8 @@ def test_default_overrides_follow_the_contract():
         "headless=true",
         "seed=42",
         "device=auto",
+        "video=false",
+        "export=false",
     ]
 
 

@@ -269,3 +269,13 @@ def test_destroy_removes_the_window_and_the_listener(view):
     assert model.listener_count == 1
     panel.destroy()
     assert window.destroyed and model.listener_count == 0
+
+
+def test_video_and_export_boxes_reach_the_runner_overrides(view):
+    ui, model, _ = view
+    assert ui.after("Record video").model.value is False and ui.after("Export policy").model.value is False
+    assert "video=false" in model.to_overrides() and "export=false" in model.to_overrides()
+    ui.after("Record video").model.set_value(True)
+    ui.after("Export policy").model.set_value(True)
+    assert (model.get("video"), model.get("export")) == (True, True)
+    assert "video=true" in model.to_overrides() and "export=true" in model.to_overrides()  # for Train and Test alike

@@ -77,6 +77,10 @@ class TrainingPanel:
                 self._fields["mixed_precision"] = self._check_box("mixed_precision", values["mixed_precision"])
             with self._row("Max iterations"):
                 self._fields["max_iterations"] = self._int_field("max_iterations", values["max_iterations"])
+            with self._row("Record video"):
+                self._fields["video"] = self._check_box("video", values["video"])
+            with self._row("Export policy"):
+                self._fields["export"] = self._check_box("export", values["export"])
             with self._row("Checkpoint"):
                 field = ui.StringField(model=ui.SimpleStringModel(values["checkpoint"]))
                 field.model.add_end_edit_fn(lambda m: self._apply("checkpoint", m.get_value_as_string().strip()))
