@@ -40,6 +40,7 @@ def test_gymnasium_ids_only_when_asked(capsys):
     assert not any(row.kind == "gymnasium" for row in list_tasks.rows())
 
 
+@pytest.mark.slow  # a subprocess each
 @pytest.mark.parametrize("args, message", [(["--kind", "Cartpol"], "invalid choice: 'Cartpol'"),
                                            (["--bogus"], "unrecognized arguments: --bogus")])
 def test_misuse_is_one_line_and_exit_2(args, message):

@@ -46,12 +46,13 @@ def trained(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow  # subprocess CLI runs
 def test_export_true_gives_the_checkpoints_deterministic_actions(trained):
     import onnxruntime
 
     cfg = load_config([*SMALL, "test=true", f"checkpoint={trained}"])
     runner = Runner(cfg, disable_progressbar=True)
-    runner.load_state_dict(runner._resume_state, None, source=runner.resume_from)  # what test=true plays
+    runner.load_state_dict(runner._resume_state, source=runner.resume_from, models_only=True)  # what test=true plays
     agent = runner.agent
     agent.enable_models_training_mode(False)
     observations = torch.randn(50, 4, generator=torch.Generator().manual_seed(0)) * torch.tensor([1.5, 2.0, 0.4, 2.0])
@@ -69,6 +70,7 @@ def test_export_true_gives_the_checkpoints_deterministic_actions(trained):
         assert ((actions - expected).abs() <= bound).all()
 
 
+@pytest.mark.slow  # subprocess CLI runs
 def test_wandb_offline_run_mirrors_the_tensorboard_scalars_and_holds_the_config(trained):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -88,6 +90,7 @@ def test_wandb_offline_run_mirrors_the_tensorboard_scalars_and_holds_the_config(
         assert in_wandb == in_tensorboard, tag
 
 
+@pytest.mark.slow  # subprocess CLI runs
 def test_test_true_video_true_records_the_cartpole_being_played(trained):
     result = cli(*SMALL, "test=true", f"checkpoint={trained}", "video=true", "video_length=40", cwd=trained.parent)
     assert result.returncode == 0, result.stderr
@@ -103,8 +106,8 @@ def test_test_true_video_true_records_the_cartpole_being_played(trained):
 
 @pytest.mark.parametrize("args, expected", [
     (["task=LQR60x8", "video=true"], "video=true: task LQR60x8 draws nothing"),
-    (["video_interval=0"], "video_interval=0: expected an integer >= 1"),
-    (["export=maybe"], "export='maybe': expected true or false"),
+    (["video_interval=0"], "video_interval=0: must be >= 1"),
+    (["export=maybe"], "export='maybe': expected bool"),
     (["wandb_activate=true", "wandb_project="], "wandb_project=''"),
 ])
 def test_bad_output_settings_are_one_line(args, expected, capsys):
