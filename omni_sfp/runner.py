@@ -34,8 +34,8 @@ from omni_sfp import checkpoint as ckpt
 from omni_sfp import distributed, video
 from omni_sfp.agent import SFPPPO, EpisodeTracker
 from omni_sfp.config import ConfigError, max_iterations, num_envs
-from omni_sfp.loop import Learner, Progress, SFPTrainer, StopRequested  # noqa: F401 (SFPTrainer: the bench's name)
 from omni_sfp.export import ExportedPolicy
+from omni_sfp.loop import Learner, Progress, SFPTrainer, StopRequested  # noqa: F401 (SFPTrainer: the bench's name)
 from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 from omni_sfp.registry import make_env
 

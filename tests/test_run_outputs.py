@@ -11,15 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_export import rounding_bound
+from test_video import CART, POLE, mask
 
 from omni_sfp.config import load_config
 from omni_sfp.export import deployed_policy
 from omni_sfp.runner import Runner
 from omni_sfp.train import main
 from omni_sfp.video import read_video
-
-from test_export import rounding_bound
-from test_video import CART, POLE, mask
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["task=Cartpole", "num_envs=64", "train.models.units=[32,32]", "train.ppo.rollouts=8", "train.ppo.mini_batches=2",
@@ -73,7 +72,6 @@ def test_export_true_gives_the_checkpoints_deterministic_actions(trained):
 @pytest.mark.slow  # subprocess CLI runs
 def test_wandb_offline_run_mirrors_the_tensorboard_scalars_and_holds_the_config(trained):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     from test_wandb_logging import read_offline_run
 
     fields, config, history = read_offline_run(trained)
