@@ -275,7 +275,8 @@ def make_isaaclab_env(
     :param device: ``cpu``, ``cuda``, ``cuda:N``, ``auto`` or a ``torch.device`` (Isaac Lab gets a ``str``).
     :param task_cfg: env config overrides (``{"episode_length_s": 10.0}``; dotted keys reach nested configs:
         ``{"scene.env_spacing": 3.0}``), plus the launcher's own keys :data:`LAUNCH_KEYS`
-        (``{"physics": "isaacsim_physx"}``, Isaac Lab's ``physics=`` selector).
+        (``{"physics": "isaacsim_physx"}``, Isaac Lab's ``physics=`` selector), and ``render_mode`` for
+        ``gymnasium.make`` (``video=true`` passes ``"rgb_array"`` and ``enable_cameras``).
     :raises IsaacLabError: Isaac Lab missing, launch impossible, a multi-agent task or a bad override.
     :raises UnknownTaskError: Isaac Lab has no such id (checked before anything launches).
     """
@@ -285,6 +286,7 @@ def make_isaaclab_env(
     device = device_string(device)
     task_cfg = dict(task_cfg or {})
     launch = {key: task_cfg.pop(key) for key in LAUNCH_KEYS if key in task_cfg}
+    render_mode = task_cfg.pop("render_mode", None)  # video=true: "rgb_array" (with enable_cameras), as play.py --video
     session = _Session()
     try:
         if installed[0] >= 3:
@@ -301,7 +303,7 @@ def make_isaaclab_env(
             env_cfg = _env_cfg(name, device, num_envs, seed, task_cfg)
         import gymnasium
 
-        session.env = gymnasium.make(name, cfg=env_cfg)
+        session.env = gymnasium.make(name, cfg=env_cfg, render_mode=render_mode)
         return _wrap(session)
     except BaseException:
         session.close()
