@@ -160,7 +160,8 @@ def _entry_name(entry: Any) -> str:
 
 
 def _isaaclab_sizes(entry: Any) -> tuple[int | None, int | None]:
-    """A direct workflow's env config states ``observation_space`` and ``action_space`` as ints; others: None."""
+    """A direct workflow's env config states ``observation_space`` and ``action_space`` as ints (on an instance:
+    ``@configclass`` makes every default a factory); others: None."""
     cfg_class = entry
     if isinstance(entry, str) and ":" in entry and not entry.endswith((".yaml", ".yml")):
         module_name, attr = entry.split(":", 1)
@@ -168,7 +169,13 @@ def _isaaclab_sizes(entry: Any) -> tuple[int | None, int | None]:
             cfg_class = getattr(importlib.import_module(module_name), attr)
         except Exception:  # a task module that needs more than this machine has: list it without sizes
             return None, None
-    sizes = [getattr(cfg_class, key, None) for key in ("observation_space", "action_space")]
+    cfg = cfg_class
+    if isinstance(cfg_class, type) and not hasattr(cfg_class, "observation_space"):
+        try:  # Isaac Lab's @configclass turns defaults into default factories: only an instance has them
+            cfg = cfg_class()
+        except Exception:
+            return None, None
+    sizes = [getattr(cfg, key, None) for key in ("observation_space", "action_space")]
     return tuple(s if isinstance(s, int) and not isinstance(s, bool) else None for s in sizes)
 
 

@@ -103,13 +103,16 @@ def test_oige_tasks_are_read_from_its_files(tmp_path):
 
 # Isaac Lab 3's registration (isaaclab_tasks/core/cartpole/__init__.py): importing the package registers ids
 # with gym.register(id=..., entry_point=..., kwargs={"env_cfg_entry_point": ..., "skrl_cfg_entry_point": ...});
-# a direct workflow's env config class states observation_space and action_space as ints.
+# a direct workflow's env config class states observation_space and action_space as ints, which Isaac Lab's
+# @configclass (isaaclab/utils/configclass.py) turns into dataclass fields with default factories.
 ISAACLAB_TASKS = '''
+import dataclasses
 import gymnasium as gym
 
+@dataclasses.dataclass
 class CartpoleEnvCfg:
-    observation_space = 4
-    action_space = 1
+    observation_space: int = dataclasses.field(default_factory=lambda: 4)
+    action_space: int = dataclasses.field(default_factory=lambda: 1)
 
 class AntEnvCfg:  # a manager-based config: sizes come from its observation terms
     observations = object()
