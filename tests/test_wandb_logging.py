@@ -42,8 +42,21 @@ def wandb_records(path: Path):
 
 
 def read_offline_run(run_dir: Path) -> tuple[dict, dict, list[dict]]:
-    """(run fields, config, history rows) of the newest offline run under ``run_dir/wandb``."""
+    """(run fields, config, history rows) of the newest offline run under ``run_dir/wandb``.
+
+    wandb's service process writes the file after ``finish()`` returns: wait (up to a minute, on a loaded
+    machine) until the file holds the run's closing ``exit`` record, then read it."""
+    import time
+
     (record_file,) = sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))[-1:]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if any(r.WhichOneof("record_type") == "exit" for r in wandb_records(record_file)):
+                break
+        except Exception:  # a chunk still being written
+            pass
+        time.sleep(0.2)
     run, config, history = {}, {}, []
     for record in wandb_records(record_file):
         kind = record.WhichOneof("record_type")
