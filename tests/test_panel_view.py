@@ -24,6 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class FakeUI(types.ModuleType):
+    """Stands in for ``omni.ui`` (Kit's omni.ui extension, not on PyPI, so it cannot run here). It reproduces the
+    upstream behaviour the panel depends on: widgets built inside ``with Frame/VStack/HStack`` containers, value
+    models with ``get_value_as_*``/``set_value`` and ``add_value_changed_fn``/``add_end_edit_fn`` callbacks,
+    ``Button(clicked_fn=...)``, and a ``Window`` whose frame is built by ``set_build_fn``."""
+
     def __init__(self):
         super().__init__("omni.ui")
         self.created = []  # every widget, in creation order

@@ -1,5 +1,6 @@
-"""omni_sfp.envs.oige_wrapper: the skrl 2 wrapper against OmniIsaacGymEnvs 4.0.0's doubles (no Isaac Sim here):
-an RLTask that writes its buffers in place, builds old-``gym`` spaces and never sets ``extras["time_outs"]``."""
+"""omni_sfp.envs.oige_wrapper: the skrl 2 wrapper against OmniIsaacGymEnvs 4.0.0's doubles (no Isaac Sim here).
+The doubles reproduce upstream's omniisaacgymenvs/tasks/base/rl_task.py (an RLTask that writes its buffers in
+place, builds old-``gym`` spaces and never sets ``extras["time_outs"]``) and envs/vec_env_rlgames.py."""
 
 from __future__ import annotations
 
