@@ -22,28 +22,7 @@ SKRL_VERSION="2.1.1"
 KEY="isaaclab-${ISAACLAB_VERSION}_skrl-${SKRL_VERSION}_py3.12"
 VENV="${OMNI_SFP_ISAACLAB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/omni-sfp/$KEY}"
 
-is_py312() {
-    [ -x "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1
-}
-
-find_py312() {
-    local candidate
-    if [ -n "${OMNI_SFP_PY312:-}" ]; then
-        is_py312 "$OMNI_SFP_PY312" && { echo "$OMNI_SFP_PY312"; return; }
-        echo "OMNI_SFP_PY312=$OMNI_SFP_PY312 is not a working Python 3.12" >&2
-        return 1
-    fi
-    if command -v pyenv >/dev/null 2>&1; then
-        for candidate in "$(pyenv root)"/versions/3.12*/bin/python3.12; do
-            is_py312 "$candidate" && { echo "$candidate"; return; }
-        done
-    fi
-    for candidate in python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12; do
-        candidate="$(command -v "$candidate" 2>/dev/null || true)"
-        [ -n "$candidate" ] && is_py312 "$candidate" && { echo "$candidate"; return; }
-    done
-    return 1
-}
+source "$ROOT/.ci/python312.sh"  # is_py312, find_py312
 
 # A venv counts as built only once its marker is written (an interrupted install is redone).
 if [ ! -f "$VENV/.omni-sfp-complete" ]; then

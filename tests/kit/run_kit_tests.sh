@@ -16,29 +16,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${OMNI_SFP_KIT_VENV:-$ROOT/.venv-kit}"
 KIT_VERSION="110.4.0.386251"
 
-is_py312() {
-    [ -x "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1
-}
-
-find_py312() {
-    local candidate
-    if [ -n "${OMNI_SFP_PY312:-}" ]; then
-        is_py312 "$OMNI_SFP_PY312" && { echo "$OMNI_SFP_PY312"; return; }
-        echo "OMNI_SFP_PY312=$OMNI_SFP_PY312 is not a working Python 3.12" >&2
-        return 1
-    fi
-    # pyenv's real interpreter (its python3.12 shim fails unless 3.12 is the selected version)
-    if command -v pyenv >/dev/null 2>&1; then
-        for candidate in "$(pyenv root)"/versions/3.12*/bin/python3.12; do
-            is_py312 "$candidate" && { echo "$candidate"; return; }
-        done
-    fi
-    for candidate in python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12; do
-        candidate="$(command -v "$candidate" 2>/dev/null || true)"
-        [ -n "$candidate" ] && is_py312 "$candidate" && { echo "$candidate"; return; }
-    done
-    return 1
-}
+source "$ROOT/.ci/python312.sh"  # is_py312, find_py312
 
 if ! is_py312 "$VENV/bin/python"; then
     if ! PY312="$(find_py312)"; then
