@@ -15,29 +15,32 @@ from omni_sfp import schema
 from omni_sfp.cache import CacheCheck, SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {name: getattr(nn, cls) for name, cls in schema.ACTIVATIONS.items()}
+INITS = schema.INITS
 
 
-def make_mlp(in_features: int, units: Sequence[int], activation: str = "elu") -> nn.Sequential:
-    """A plain MLP trunk: Linear + activation per entry of ``units`` (orthogonal init, as in PPO practice)."""
+def _linear(in_features: int, out_features: int, init: str, gain: float) -> nn.Linear:
+    """``init="orthogonal"``: orthogonal weights of ``gain``, zero bias (PPO practice); ``"torch"``: nn.Linear's
+    own default, which skrl's model instantiators and rl_games' ``initializer: default`` keep."""
+    if init not in INITS:
+        raise ValueError(f"init={init!r} is not one of {', '.join(INITS)}")
+    linear = nn.Linear(in_features, out_features)
+    if init == "orthogonal":
+        nn.init.orthogonal_(linear.weight, gain=gain)
+        nn.init.zeros_(linear.bias)
+    return linear
+
+
+def make_mlp(in_features: int, units: Sequence[int], activation: str = "elu", init: str = "orthogonal") -> nn.Sequential:
+    """A plain MLP trunk: Linear + activation per entry of ``units`` (orthogonal gain sqrt(2) by default)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r} is not one of {', '.join(ACTIVATIONS)}")
     if not units or any(int(u) <= 0 for u in units):
         raise ValueError(f"units={list(units)!r} must be a non-empty list of positive layer sizes")
     layers: list[nn.Module] = []
     for size in units:
-        linear = nn.Linear(in_features, int(size))
-        nn.init.orthogonal_(linear.weight, gain=2**0.5)
-        nn.init.zeros_(linear.bias)
-        layers += [linear, ACTIVATIONS[activation]()]
+        layers += [_linear(in_features, int(size), init, gain=2**0.5), ACTIVATIONS[activation]()]
         in_features = int(size)
     return nn.Sequential(*layers)
-
-
-def _head(in_features: int, out_features: int, gain: float) -> nn.Linear:
-    linear = nn.Linear(in_features, out_features)
-    nn.init.orthogonal_(linear.weight, gain=gain)
-    nn.init.zeros_(linear.bias)
-    return linear
 
 
 class SharedActorCritic(GaussianMixin, DeterministicMixin, Model):
@@ -54,6 +57,7 @@ class SharedActorCritic(GaussianMixin, DeterministicMixin, Model):
         *,
         units: Sequence[int] = (256, 128, 64),
         activation: str = "elu",
+        init: str = "orthogonal",
         single_forward_pass: bool = True,
         cache_check: CacheCheck = "auto",
         initial_log_std: float = 0.0,
@@ -73,10 +77,10 @@ class SharedActorCritic(GaussianMixin, DeterministicMixin, Model):
         )
         DeterministicMixin.__init__(self, role="value")
         self.trunk = SingleForwardPass(
-            make_mlp(self.num_observations, units, activation), cache_check if single_forward_pass else "off"
+            make_mlp(self.num_observations, units, activation, init), cache_check if single_forward_pass else "off"
         )
-        self.policy_head = _head(int(units[-1]), self.num_actions, gain=0.01)
-        self.value_head = _head(int(units[-1]), 1, gain=1.0)
+        self.policy_head = _linear(int(units[-1]), self.num_actions, init, gain=0.01)
+        self.value_head = _linear(int(units[-1]), 1, init, gain=1.0)
         self.log_std = nn.Parameter(torch.full((self.num_actions,), float(initial_log_std)))
         self.to(self.device)
 
@@ -133,13 +137,15 @@ class GaussianActor(GaussianMixin, Model):
         *,
         units: Sequence[int] = (256, 128, 64),
         activation: str = "elu",
+        init: str = "orthogonal",
         initial_log_std: float = 0.0,
         clip_actions: bool = False,
     ) -> None:
         Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
         GaussianMixin.__init__(self, clip_actions=clip_actions, role="policy")
         self.net = nn.Sequential(
-            make_mlp(self.num_observations, units, activation), _head(int(units[-1]), self.num_actions, 0.01)
+            make_mlp(self.num_observations, units, activation, init),
+            _linear(int(units[-1]), self.num_actions, init, gain=0.01),
         )
         self.log_std = nn.Parameter(torch.full((self.num_actions,), float(initial_log_std)))
         self.to(self.device)
@@ -159,10 +165,12 @@ class ValueCritic(DeterministicMixin, Model):
         *,
         units: Sequence[int] = (256, 128, 64),
         activation: str = "elu",
+        init: str = "orthogonal",
     ) -> None:
         Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
         DeterministicMixin.__init__(self, role="value")
-        self.net = nn.Sequential(make_mlp(self.num_observations, units, activation), _head(int(units[-1]), 1, 1.0))
+        self.net = nn.Sequential(make_mlp(self.num_observations, units, activation, init),
+                                 _linear(int(units[-1]), 1, init, gain=1.0))
         self.to(self.device)
 
     def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:

@@ -79,7 +79,7 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     m = cfg.train.models
     units = list(m.units)
     if m.separate:
-        kwargs = {"units": units, "activation": m.activation}
+        kwargs = {"units": units, "activation": m.activation, "init": m.init}
         policy = GaussianActor(env.observation_space, env.action_space, device, initial_log_std=m.initial_log_std, **kwargs)
         value = ValueCritic(env.observation_space, env.action_space, device, **kwargs)
         if m.compile:
@@ -91,6 +91,7 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
         device,
         units=units,
         activation=m.activation,
+        init=m.init,
         single_forward_pass=cfg.train.sfp.enabled,
         cache_check=cfg.train.sfp.cache_check,
         initial_log_std=m.initial_log_std,

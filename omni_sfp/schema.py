@@ -26,6 +26,7 @@ from typing import Any
 CACHE_CHECKS: tuple[str, ...] = ("identity", "content", "auto", "off")
 CHECK_FINITE: tuple[str, ...] = ("raise", "skip", "off")
 LR_SCHEDULES: tuple[str, ...] = ("kl_adaptive", "fixed")
+INITS: tuple[str, ...] = ("orthogonal", "torch")
 # activation name -> the torch.nn class that omni_sfp.models builds for it
 ACTIVATIONS: dict[str, str] = {
     "elu": "ELU",
@@ -193,6 +194,9 @@ TRAIN: tuple[Setting, ...] = (
     _s("train.models.units", "ints", [256, 128, 64], "hidden layer sizes of the trunk (of each network when "
        "separate)"),
     _s("train.models.activation", "str", "elu", "activation after each hidden layer", choices=tuple(ACTIVATIONS)),
+    _s("train.models.init", "str", "orthogonal", "weight init: orthogonal (gain sqrt 2, policy head 0.01, value head "
+       "1) or torch (nn.Linear's default, as skrl's model instantiators and rl_games' default initializer)",
+       choices=INITS),
     _s("train.models.initial_log_std", "float", 0.0, "initial log standard deviation of the Gaussian policy"),
     _s("train.models.compile", "bool", False, "torch.compile the trunk (inductor; needs a C++ compiler on CPU; "
        "compiles at the first calls)"),

@@ -79,3 +79,23 @@ def test_bad_layer_spec_is_refused():
         SharedActorCritic(BOX_OBS, BOX_ACT, "cpu", activation="swishy")
     with pytest.raises(ValueError, match="units"):
         SharedActorCritic(BOX_OBS, BOX_ACT, "cpu", units=[])
+
+
+@pytest.mark.parametrize("cls", [SharedActorCritic, GaussianActor, ValueCritic])
+def test_init_torch_is_nn_linears_default_and_orthogonal_is_orthogonal(cls):
+    """``init="torch"`` keeps nn.Linear's own draw (what skrl's instantiators and rl_games' default initializer
+    train with: the same seed gives the same weights as plain nn.Linear layers); ``"orthogonal"`` gives
+    orthogonal hidden layers of gain sqrt(2) and zero biases."""
+    torch.manual_seed(3)
+    model = cls(BOX_OBS, BOX_ACT, "cpu", units=(16, 8), init="torch")
+    torch.manual_seed(3)
+    plain = [torch.nn.Linear(6, 16), torch.nn.Linear(16, 8)]
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    for ours, theirs in zip(linears, plain):
+        assert torch.equal(ours.weight, theirs.weight) and torch.equal(ours.bias, theirs.bias)
+    model = cls(BOX_OBS, BOX_ACT, "cpu", units=(16, 8), init="orthogonal")
+    first = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][0]
+    gram = first.weight.T @ first.weight  # 6 orthogonal columns of norm sqrt(2)
+    assert torch.allclose(gram, 2 * torch.eye(6), atol=1e-5) and not first.bias.any()
+    with pytest.raises(ValueError, match="init='xavier'"):
+        cls(BOX_OBS, BOX_ACT, "cpu", init="xavier")
