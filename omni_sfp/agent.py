@@ -49,7 +49,6 @@ from omni_sfp.cache import SFPStats, sfp_modules
 from omni_sfp.schema import CHECK_FINITE
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS
 
-
 # TensorBoard tags of the update's results (skrl's own tags, so the scalars read as skrl's would)
 _TAGS = (("Loss / Policy loss", "policy_loss"), ("Loss / Value loss", "value_loss"),
          ("Loss / Entropy loss", "entropy_loss"), ("Policy / Standard deviation", "std"),
