@@ -24,7 +24,7 @@ from omni_sfp.agent import SFPPPO
 from omni_sfp.config import max_iterations, num_envs
 from omni_sfp.device import resolve_device
 from omni_sfp.evaluation import evaluate_agent
-from omni_sfp.export import ExportedPolicy
+from omni_sfp.export import EXPORT_FOLDER, ExportedPolicy
 from omni_sfp.loop import Learner, Progress, StopRequested
 from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 from omni_sfp.plots import run_curve
@@ -289,4 +289,4 @@ class Runner:
 
             self.agent.enable_models_training_mode(False)
             self.exported = export_policy(self.agent.policy, self.agent.checkpoint_modules.get("observation_preprocessor"),
-                                          self.env.action_space, self.outputs_dir / "exported")
+                                          self.env.action_space, self.outputs_dir / EXPORT_FOLDER)
