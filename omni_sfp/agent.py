@@ -46,10 +46,8 @@ from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 
 from omni_sfp import distributed
 from omni_sfp.cache import SFPStats, sfp_modules
+from omni_sfp.schema import CHECK_FINITE
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS
-
-CHECK_FINITE = ("raise", "skip", "off")
-
 
 # TensorBoard tags of the update's results (skrl's own tags, so the scalars read as skrl's would)
 _TAGS = (("Loss / Policy loss", "policy_loss"), ("Loss / Value loss", "value_loss"),

@@ -69,14 +69,11 @@ class SFPStats:
 
     @property
     def hit_rate(self) -> float:
-        """Fraction of all trunk calls served from the cache (0.5 is the ceiling for policy+value pairs)."""
+        """Hits per trunk call (the runner reports hits per *shareable* call: ``SFPPPO.sfp_share_rate``)."""
         return self.hits / self.calls if self.calls else 0.0
 
     def __add__(self, other: SFPStats) -> SFPStats:
         return SFPStats(self.hits + other.hits, self.misses + other.misses, self.bypasses + other.bypasses)
-
-    def as_dict(self) -> dict[str, float]:
-        return {"hits": self.hits, "misses": self.misses, "bypasses": self.bypasses, "hit_rate": self.hit_rate}
 
 
 def _tensor_version(tensor: torch.Tensor) -> int | None:

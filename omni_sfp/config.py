@@ -185,13 +185,13 @@ def _require_int(cfg: DictConfig, key: str, *, minimum: int) -> int:
 
 def _check_device_exists(device: str) -> None:
     """A CUDA device this machine lacks is bad input (exit 2), found before anything is built."""
-    if not device.startswith("cuda"):
+    kind, index = schema.parse_device(device)  # the grammar itself was checked with the other settings
+    if kind != "cuda":
         return
     import torch
 
     if not torch.cuda.is_available():
         raise ConfigError(f"device={device!r}: CUDA is not available on this machine (use device=cpu or auto)")
-    index = int(device[5:]) if device.startswith("cuda:") else None
     if index is not None and index >= torch.cuda.device_count():
         raise ConfigError(f"device={device!r}: this machine has {torch.cuda.device_count()} GPU(s) (cuda:0 to "
                           f"cuda:{torch.cuda.device_count() - 1})")

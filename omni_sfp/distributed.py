@@ -133,11 +133,6 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0")) if world_size() > 1 else 0
 
 
-def is_main_process() -> bool:
-    """Rank 0 (or the only process): the one that writes the run folder."""
-    return rank() == 0
-
-
 def all_reduce_sum_(tensor: torch.Tensor) -> torch.Tensor:
     """Sum ``tensor`` over the ranks, in place (a no-op in a single process)."""
     if world_size() > 1:
@@ -182,13 +177,6 @@ def gather_to_main(obj: Any) -> list[Any] | None:
     gathered = [None] * world_size() if rank() == 0 else None
     dist.gather_object(obj, gathered, dst=0)
     return gathered
-
-
-def barrier() -> None:
-    if world_size() > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
 
 
 def scaler_class() -> type:

@@ -39,3 +39,17 @@ def evaluate(env, act: Callable[[torch.Tensor], torch.Tensor], *, episodes: int,
             running = torch.where(done, 0.0, running)
     finished = int(counted.sum()) if counted is not None else 0
     return float(total) / finished if finished else None
+
+
+def evaluate_agent(agent, env, episodes: int) -> float | None:
+    """:func:`evaluate` with the agent's deterministic (mean) actions, in evaluation mode, for ``episodes``
+    episodes per env; the time limit is the task's ``max_episode_length`` (1000 when it names none)."""
+    task = getattr(env, "_env", None)  # the embedded task behind skrl's wrapper
+    max_length = getattr(task, "max_episode_length", None) or getattr(env, "max_episode_length", 1000)
+    agent.enable_training_mode(False)
+    agent.enable_models_training_mode(False)
+
+    def act(observations: torch.Tensor) -> torch.Tensor:
+        return agent.act(observations, env.state(), timestep=0, timesteps=0)[1]["mean_actions"]
+
+    return evaluate(env, act, episodes=episodes, max_length=int(max_length))

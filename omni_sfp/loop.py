@@ -151,15 +151,3 @@ class Learner:
                 )
                 self.observations, self.states = next_observations, next_states
 
-
-class SFPTrainer(Learner):
-    """The former trainer's signature over :class:`Learner`, for callers not moved yet (the benchmark):
-    ``on_iteration(progress)`` after every iteration, ``train()`` runs the loop."""
-
-    def __init__(self, *, env, agent, timesteps: int, on_iteration: Callable[[Progress], None],
-                 stop: StopRequested | None = None, disable_progressbar: bool | None = None) -> None:
-        super().__init__(env, agent, iterations=timesteps // agent.cfg.rollouts, stop=stop,
-                         log=lambda progress, losses: on_iteration(progress))
-
-    def train(self) -> None:
-        self.learn()

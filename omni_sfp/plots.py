@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from omni_sfp.progress import Summary
 
 
 def series(points: Iterable[tuple[int, float | None]]) -> tuple[np.ndarray, np.ndarray]:
@@ -60,3 +64,16 @@ def learning_curve(
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def run_curve(summary: Summary, path: Path, *, task: str, steps_per_iteration: int) -> None:
+    """A finished run's ``learning_curve.png``: its history, its final evaluation and the summary line.
+
+    :param steps_per_iteration: Env steps per ``Progress.timestep`` (envs per process x processes).
+    """
+    history = summary.history
+    evaluations = ()
+    if summary.final_return is not None and history:
+        evaluations = [(history[-1].timestep * steps_per_iteration, summary.final_return)]
+    learning_curve([(p.timestep * steps_per_iteration, p.mean_return) for p in history], path,
+                   title=f"{task}: {summary.line()}", optimal_return=summary.optimal_return, evaluations=evaluations)

@@ -42,6 +42,21 @@ DEVICE_GRAMMAR = "auto, cpu, cuda or cuda:N"
 SEED_MAX = 2**31 - 1  # numpy's legacy seeding takes 32 bits; skrl adds the rank
 RANDOM_SEED = -1  # seed=-1: draw a seed at start (OmniIsaacGymEnvs and Isaac Lab)
 
+
+
+def parse_device(text: str) -> tuple[str, int | None]:
+    """``device`` (:data:`DEVICE_GRAMMAR`) as ``(kind, index)``: ``("auto", None)``, ``("cpu", None)``,
+    ``("cuda", None)`` or ``("cuda", N)``. The one parser of the grammar: validation, the runner's
+    :func:`omni_sfp.device.resolve_device` and the simulator adapters all read a device through it.
+
+    :raises ValueError: anything else, in one line naming the grammar.
+    """
+    if not re.fullmatch(DEVICE_PATTERN, text):
+        raise ValueError(f"device={text!r}: expected {DEVICE_GRAMMAR}")
+    kind, _, index = text.partition(":")
+    return kind, int(index) if index else None
+
+
 KINDS = ("bool", "int", "float", "str", "ints")
 _TYPE_NAMES = {"bool": "bool", "int": "int", "float": "float", "str": "str", "ints": "list"}
 

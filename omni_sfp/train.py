@@ -83,7 +83,8 @@ def _run(argv: list[str]) -> int:
             from omni_sfp.coldstart import defer_dynamo_import
 
             defer_dynamo_import()
-        from omni_sfp.runner import Runner, precision_note
+        from omni_sfp.device import precision_note
+        from omni_sfp.runner import Runner
 
         runner = Runner(cfg)
         if not cfg.train.models.compile:

@@ -24,7 +24,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-ACTIVATIONS = ("elu", "relu", "tanh", "leaky_relu", "selu", "silu", "gelu")  # omni_sfp.config.ACTIVATIONS
+from omni_sfp import schema
+
+ACTIVATIONS = tuple(schema.ACTIVATIONS)  # the activations omni_sfp builds
 # keys set on the command line that stand for a mapped key (top-level shortcuts win over the task/train keys)
 SHORTCUTS = {"num_envs": "task.env.num_envs", "max_iterations": "train.max_iterations"}
 

@@ -66,8 +66,12 @@ def test_value_before_policy_is_served_the_same_way():
 
 def test_first_call_of_a_fresh_model_can_be_value():
     model = make_model()
+    x = torch.randn(3, OBS)
     with torch.no_grad():
-        assert value(model, torch.zeros(3, OBS)).shape == (3, 1)
+        first = value(model, x)  # the value role computes and stores the trunk; the policy then reuses it
+        assert torch.equal(first, model.value_head(uncached_trunk(model, x)))
+        assert torch.equal(policy_mean(model, x), model.policy_head(uncached_trunk(model, x)))
+    assert stats(model) == (1, 1, 0)
 
 
 def test_value_on_different_bootstrap_observations_is_recomputed():

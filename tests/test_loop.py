@@ -1,4 +1,4 @@
-"""The iteration loop (omni_sfp.loop.Learner) and the progress output around it (runner.ProgressOutput)."""
+"""The iteration loop (omni_sfp.loop.Learner) and the progress output around it (progress.ProgressOutput)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import torch
 
 from omni_sfp.config import load_config
 from omni_sfp.loop import Learner, Progress
+from omni_sfp.progress import ProgressOutput
 from omni_sfp.registry import make_env
-from omni_sfp.runner import ProgressOutput, build_agent, build_models
+from omni_sfp.runner import build_agent, build_models
 
 SMALL = ["task=Cartpole", "num_envs=8", "train.models.units=[16,16]", "train.ppo.rollouts=4",
          "train.ppo.mini_batches=2", "train.ppo.learning_epochs=1", "task.env.max_episode_length=6"]

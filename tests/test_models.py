@@ -59,8 +59,12 @@ def test_act_roles():
     obs = torch.randn(4, 6)
     actions, outputs = model.act({"observations": obs}, role="policy")
     assert actions.shape == (4, 2) and set(outputs) >= {"log_prob", "mean_actions", "log_std"}
+    features = model.trunk.trunk(obs)
+    assert torch.equal(outputs["mean_actions"], model.policy_head(features))
+    distribution = torch.distributions.Normal(outputs["mean_actions"], outputs["log_std"].exp())
+    torch.testing.assert_close(outputs["log_prob"], distribution.log_prob(actions).sum(-1, keepdim=True))
     values, _ = model.act({"observations": obs}, role="value")
-    assert values.shape == (4, 1)
+    assert torch.equal(values, model.value_head(features)) and values.shape == (4, 1)
     with pytest.raises(ValueError, match="role"):
         model.act({"observations": obs}, role="critic")
 

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -411,7 +410,3 @@ def test_the_fake_runner_is_importable_only_through_pythonpath(fake):
     env = model._environment()
     parts = env["PYTHONPATH"].split(os.pathsep)
     assert parts[0] == model.pythonpath[0] and parts[1] == str(ROOT) and env["PYTHONUNBUFFERED"] == "1"
-
-
-def test_fake_runner_source_is_valid_python():
-    compile(textwrap.dedent(FAKE_RUNNER), "fake_runner.py", "exec")

@@ -145,10 +145,25 @@ def test_each_constant_is_defined_once():
     assert schema.setting("train.models.activation").choices == tuple(schema.ACTIVATIONS)
 
 
-def test_check_finite_choices_agree_with_the_agent():
-    from omni_sfp import agent
+def test_check_finite_choices_and_activations_are_the_schemas_own():
+    from omni_sfp import agent, upstream
 
-    assert tuple(agent.CHECK_FINITE) == schema.CHECK_FINITE
+    assert agent.CHECK_FINITE is schema.CHECK_FINITE
+    assert upstream.ACTIVATIONS == tuple(schema.ACTIVATIONS)
+
+
+@pytest.mark.parametrize("text, parsed", [("auto", ("auto", None)), ("cpu", ("cpu", None)), ("cuda", ("cuda", None)),
+                                          ("cuda:0", ("cuda", 0)), ("cuda:12", ("cuda", 12))])
+def test_the_device_grammar_has_one_parser(text, parsed):
+    assert schema.parse_device(text) == parsed
+    assert schema.setting("device").problem(text) is None
+
+
+@pytest.mark.parametrize("text", ["gpu", "cuda:", "cuda:x", "CPU", "cuda:1 ", "mps", ""])
+def test_the_device_parser_refuses_what_validation_refuses(text):
+    with pytest.raises(ValueError, match=r"expected auto, cpu, cuda or cuda:N"):
+        schema.parse_device(text)
+    assert schema.setting("device").problem(text) is not None
 
 
 @pytest.mark.parametrize("value, text", [

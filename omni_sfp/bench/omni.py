@@ -9,8 +9,9 @@ from omegaconf import DictConfig
 
 from omni_sfp.bench.configs import Row, Work
 from omni_sfp.config import load_config
+from omni_sfp.device import resolve_device
 from omni_sfp.loop import Learner
-from omni_sfp.runner import build_agent, build_models, resolve_device
+from omni_sfp.runner import build_agent, build_models
 
 
 def _flag(value: bool) -> str:

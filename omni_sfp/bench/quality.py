@@ -188,8 +188,8 @@ def _peer_env(cfg):
     from omegaconf import OmegaConf
 
     from omni_sfp.config import num_envs
+    from omni_sfp.device import resolve_device
     from omni_sfp.registry import make_env
-    from omni_sfp.runner import resolve_device
 
     device = resolve_device(cfg.device)
     task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}

@@ -14,7 +14,8 @@ from skrl.utils.model_instantiators.torch import shared_model
 
 from omni_sfp.bench.configs import Row, Work
 from omni_sfp.bench.omni import omni_config
-from omni_sfp.runner import ppo_cfg, resolve_device
+from omni_sfp.device import resolve_device
+from omni_sfp.runner import ppo_cfg
 
 
 def builtin_shared_model(env, work: Work, device) -> Model:

@@ -2,7 +2,7 @@
 
 ``python -m omni_sfp.bench.soak [--iterations 300] [--threads 1] [--every 1] [--out soak.json] [key=value ...]``
 
-The run is the product's own path (validated config -> build_models -> build_agent -> SFPTrainer; the
+The run is the product's own path (validated config -> build_models -> build_agent -> loop.Learner; the
 ``key=value`` arguments are ``python -m omni_sfp.train`` overrides, default Cartpole with its default
 network). At the end of every ``--every``-th iteration it records
 
@@ -82,8 +82,10 @@ def run(overrides: list[str], *, iterations: int, every: int, threads: int, warm
 
     from omni_sfp.cache import sfp_modules
     from omni_sfp.config import load_config, num_envs
+    from omni_sfp.device import resolve_device
+    from omni_sfp.loop import Learner
     from omni_sfp.registry import make_env
-    from omni_sfp.runner import SFPTrainer, StopRequested, build_agent, build_models, resolve_device
+    from omni_sfp.runner import build_agent, build_models
 
     torch.set_num_threads(threads)
     cfg = load_config([*overrides, f"max_iterations={iterations}"])
@@ -117,9 +119,7 @@ def run(overrides: list[str], *, iterations: int, every: int, threads: int, warm
         print(f"{progress.iteration:>9} {sample['rss_mb']:>8.1f} {count:>8} {megabytes:>9.2f} {with_graph:>10} "
               f"{entry:>11} {shown:>8}", flush=True)
 
-    trainer = SFPTrainer(env=env, agent=agent, timesteps=iterations * cfg.train.ppo.rollouts, on_iteration=on_iteration,
-                         stop=StopRequested(), disable_progressbar=True)
-    trainer.train()
+    Learner(env, agent, iterations=iterations, log=lambda progress, losses: on_iteration(progress)).learn()
 
     settled = [s for s in samples if s["iteration"] > warmup] or samples
     rss = [(s["iteration"], s["rss_mb"]) for s in settled]

@@ -29,6 +29,8 @@ import signal
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from omni_sfp.schema import parse_device
+
 if TYPE_CHECKING:
     from omni_sfp.registry import TaskSpec
 
@@ -160,12 +162,12 @@ def register_isaaclab_tasks(ids: list[str] | None = None) -> list[str]:
 
 def device_string(device: Any) -> str:
     """Isaac Lab's device: a ``str`` (``SimulationContext`` does ``"cuda" in device``), ``cuda:N`` for CUDA."""
-    text = str(device)  # torch.device("cuda", 0) -> "cuda:0"
-    if text == "auto":
+    kind, index = parse_device(str(device))  # torch.device("cuda", 0) -> "cuda:0"
+    if kind == "auto":
         import torch
 
-        text = "cuda" if torch.cuda.is_available() else "cpu"
-    return "cuda:0" if text == "cuda" else text
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    return "cpu" if kind == "cpu" else f"cuda:{index or 0}"
 
 
 def apply_overrides(env_cfg: Any, name: str, task_cfg: Mapping[str, Any]) -> None:

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omni_sfp.schema import DEVICE_GRAMMAR, parse_device
+
 if TYPE_CHECKING:
     from omni_sfp.envs.oige_wrapper import OmniIsaacGymWrapper
 
@@ -78,16 +80,17 @@ def register_oige_tasks(package: Path | None = None) -> list[str]:
 
 
 def devices(device: str, cuda_available: bool) -> dict[str, Any]:
-    """OmniIsaacGymEnvs' device keys for omni_sfp's ``device`` (auto | cpu | cuda | cuda:N)."""
-    if device == "auto":
-        device = "cuda:0" if cuda_available else "cpu"
-    if device == "cpu":
+    """OmniIsaacGymEnvs' device keys for omni_sfp's ``device`` (:func:`omni_sfp.schema.parse_device`)."""
+    try:
+        kind, index = parse_device(device)
+    except ValueError:
+        raise OIGEError(f"device={device!r} is not allowed for OmniIsaacGymEnvs: expected {DEVICE_GRAMMAR}") from None
+    if kind == "auto":
+        kind = "cuda" if cuda_available else "cpu"
+    if kind == "cpu":
         return {"pipeline": "cpu", "sim_device": "cpu", "device_id": 0, "rl_device": "cpu"}
-    if device == "cuda":
-        device = "cuda:0"
-    if device.startswith("cuda:") and device[5:].isdigit():
-        return {"pipeline": "gpu", "sim_device": "gpu", "device_id": int(device[5:]), "rl_device": device}
-    raise OIGEError(f"device={device!r} is not allowed for OmniIsaacGymEnvs: expected auto, cpu, cuda or cuda:N")
+    index = index or 0
+    return {"pipeline": "gpu", "sim_device": "gpu", "device_id": index, "rl_device": f"cuda:{index}"}
 
 
 def _register_resolvers() -> None:

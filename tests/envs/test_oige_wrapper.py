@@ -1,13 +1,13 @@
-"""omni_sfp.envs.oige_wrapper: the skrl 2 wrapper against OmniIsaacGymEnvs 4.0.0's doubles (no Isaac Sim here).
-The doubles reproduce upstream's omniisaacgymenvs/tasks/base/rl_task.py (an RLTask that writes its buffers in
-place, builds old-``gym`` spaces and never sets ``extras["time_outs"]``) and envs/vec_env_rlgames.py."""
+"""omni_sfp.envs.oige_wrapper: the skrl 2 wrapper against OmniIsaacGymEnvs 4.0.0's double (tests/envs/oige_double,
+no Isaac Sim here): its ``RLTask`` (tasks/base/rl_task.py: buffers written in place, old-``gym`` spaces, no
+``extras["time_outs"]``) under its ``VecEnvRLGames`` (envs/vec_env_rlgames.py)."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import gymnasium
-import numpy as np
 import pytest
 import torch
 from skrl.envs.wrappers.torch import Wrapper
@@ -15,180 +15,38 @@ from skrl.envs.wrappers.torch import Wrapper
 from omni_sfp.envs.oige_wrapper import OmniIsaacGymWrapper
 
 NUM_ENVS = 6
-OBS, ACT = 4, 1
-
-
-class PointMassTask:
-    """Stand-in for an OmniIsaacGymEnvs ``RLTask`` (omniisaacgymenvs/tasks/base/rl_task.py, OIGE 4.0.0) with the
-    behaviour the wrapper depends on, written the way OIGE's tasks are (e.g. tasks/cartpole.py):
-
-    - buffers made once in ``cleanup()`` and written in place every step: ``obs_buf`` (N, num_observations)
-      float, ``states_buf`` (N, num_states) float, ``rew_buf`` (N,) float, ``reset_buf`` (N,) long,
-      ``progress_buf`` (N,) long, ``extras`` dict;
-    - ``reset()`` flags every env (``reset_buf`` = 1); ``pre_physics_step(actions)`` first resets the envs
-      flagged by the previous step (``reset_idx``: new state, ``reset_buf``/``progress_buf`` = 0), then applies
-      the actions; ``post_physics_step()`` increments ``progress_buf`` and runs ``get_observations``,
-      ``get_states``, ``calculate_metrics``, ``is_done`` (``reset_buf`` includes the time-outs, at
-      ``progress_buf >= _max_episode_length - 1`` as tasks/shared/locomotion.py), returning ``(obs_buf, rew_buf,
-      reset_buf, extras)`` with ``extras`` left ``{}``: no OIGE task sets ``extras["time_outs"]``;
-    - ``clip_obs``, ``clip_actions``, ``rl_device``, ``num_actions``, ``num_states`` and per-env Boxes from the
-      old ``gym`` package (``from gym import spaces`` in rl_task.py; the double in oige_double/gym).
-
-    Dynamics (the "world"): a point mass, x' = x + 0.1 v, v' = v + 0.1 * 10 a; it fails past |x| > 2.
-    """
-
-    def __init__(self, num_envs, *, num_states=0, max_episode_length=5, device="cpu", seed=0):
-        from gym import spaces
-
-        self._num_envs = num_envs
-        self.num_observations, self.num_actions, self.num_states = OBS, ACT, num_states
-        self._max_episode_length = max_episode_length
-        self.clip_obs, self.clip_actions = 5.0, 1.0
-        self.rl_device = self._device = device
-        self.generator = torch.Generator().manual_seed(seed)
-        self.observation_space = spaces.Box(np.ones(OBS) * -np.inf, np.ones(OBS) * np.inf)
-        self.action_space = spaces.Box(np.ones(ACT) * -1.0, np.ones(ACT) * 1.0)
-        self.state_space = spaces.Box(np.ones(num_states) * -np.inf, np.ones(num_states) * np.inf)
-        self.reset_calls = 0  # reset_idx calls, i.e. envs actually reset
-        self.cleanup()
-        self.position = torch.zeros(num_envs)
-        self.velocity = torch.zeros(num_envs)
-
-    @property
-    def num_envs(self):
-        return self._num_envs
-
-    def cleanup(self):
-        n = self._num_envs
-        self.obs_buf = torch.zeros((n, self.num_observations), dtype=torch.float)
-        self.states_buf = torch.zeros((n, self.num_states), dtype=torch.float)
-        self.rew_buf = torch.zeros(n, dtype=torch.float)
-        self.reset_buf = torch.ones(n, dtype=torch.long)
-        self.progress_buf = torch.zeros(n, dtype=torch.long)
-        self.extras = {}
-
-    def reset(self):
-        self.reset_buf = torch.ones_like(self.reset_buf)
-
-    def reset_idx(self, env_ids):
-        self.reset_calls += 1
-        self.position[env_ids] = 0.2 * (torch.rand(len(env_ids), generator=self.generator) - 0.5)
-        self.velocity[env_ids] = 0.0
-        self.reset_buf[env_ids] = 0
-        self.progress_buf[env_ids] = 0
-
-    def pre_physics_step(self, actions):
-        env_ids = self.reset_buf.nonzero(as_tuple=False).squeeze(-1)
-        if len(env_ids) > 0:
-            self.reset_idx(env_ids)
-        self.actions = actions.clone()
-
-    def physics_step(self):
-        self.position += 0.1 * self.velocity
-        self.velocity += 0.1 * 10.0 * self.actions[:, 0]
-
-    def post_physics_step(self):
-        self.progress_buf[:] += 1
-        self.get_observations()
-        self.get_states()
-        self.calculate_metrics()
-        self.is_done()
-        return self.obs_buf, self.rew_buf, self.reset_buf, self.extras
-
-    def get_observations(self):
-        self.obs_buf[:, 0] = self.position
-        self.obs_buf[:, 1] = self.velocity
-        self.obs_buf[:, 2] = self.progress_buf.float()
-        self.obs_buf[:, 3] = 1.0
-
-    def get_states(self):
-        if self.num_states:
-            self.states_buf[:, 0] = self.position
-            self.states_buf[:, 1:] = 3.0
-        return self.states_buf
-
-    def calculate_metrics(self):
-        self.rew_buf[:] = 1.0 - self.position**2
-
-    def is_done(self):
-        failed = self.position.abs() > 2.0
-        timed_out = self.progress_buf >= self._max_episode_length - 1
-        self.reset_buf[:] = (failed | timed_out).long()
-
-
-class VecEnvRLGamesDouble(gymnasium.Env):
-    """Test double of OmniIsaacGymEnvs 4.0.0's ``VecEnvRLGames`` (omniisaacgymenvs/envs/vec_env_rlgames.py),
-    an Isaac Sim ``omni.isaac.gym.vec_env.VecEnvBase`` (a ``gymnasium.Env``), minus Isaac Sim:
-
-    - ``set_task(task)`` stores the task and copies ``observation_space`` / ``action_space`` (VecEnvBase),
-      ``num_states`` / ``state_space`` (VecEnvRLGames); ``num_envs`` is a property;
-    - ``step(actions)``: clamp to ``clip_actions``, ``task.pre_physics_step``, the world steps
-      (``control_frequency_inv`` times), ``task.post_physics_step()``, ``task.get_states()``; then
-      ``_process_data``: obs and states clamped to ``clip_obs`` (new tensors, as ``torch.clamp`` makes),
-      rewards and resets passed as the task's own buffers; returns ``({"obs", "states"}, rew, resets, extras)``;
-    - ``reset()``: ``task.reset()`` then ``step(zeros)``, returning the obs dict;
-    - ``close()`` closes the app (here: records it).
-
-    ``clamp=False`` returns the task's observation buffer itself, the harsher case for aliasing.
-    """
-
-    def __init__(self, task, *, clamp=True, control_frequency_inv=2):
-        self._task = None
-        self.clamp = clamp
-        self.control_frequency_inv = control_frequency_inv
-        self.reset_calls = self.step_calls = 0
-        self.closed = False
-        self.set_task(task)
-
-    def set_task(self, task):
-        self._task = task
-        self._num_envs = task.num_envs
-        self.observation_space = task.observation_space
-        self.action_space = task.action_space
-        self.num_states = task.num_states
-        self.state_space = task.state_space
-
-    @property
-    def num_envs(self):
-        return self._num_envs
-
-    def step(self, actions):
-        self.step_calls += 1
-        task = self._task
-        actions = torch.clamp(actions, -task.clip_actions, task.clip_actions).to(task._device)
-        task.pre_physics_step(actions)
-        for _ in range(self.control_frequency_inv):
-            task.physics_step()
-        obs, rew, resets, extras = task.post_physics_step()
-        states = task.get_states()
-        if self.clamp:
-            obs = torch.clamp(obs, -task.clip_obs, task.clip_obs).to(task.rl_device)
-            states = torch.clamp(states, -task.clip_obs, task.clip_obs).to(task.rl_device)
-        return {"obs": obs, "states": states}, rew.to(task.rl_device), resets.to(task.rl_device), extras
-
-    def reset(self, seed=None, options=None):
-        self.reset_calls += 1
-        self._task.reset()
-        actions = torch.zeros((self.num_envs, self._task.num_actions), device=self._task.rl_device)
-        obs_dict, _, _, _ = self.step(actions)
-        return obs_dict
-
-    def render(self, mode="human"):
-        raise AssertionError("the wrapper must not render: Isaac Sim renders inside step")
-
-    def close(self):
-        self.closed = True
+OBS, ACT = 4, 1  # the double's RLTask: observations [x, v, progress, 1], one action
 
 
 @pytest.fixture(autouse=True)
-def _gym(oige_double):
-    """The old ``gym`` package (OIGE's spaces) comes from OIGE's double folder."""
+def _double(oige_double):
+    """OmniIsaacGymEnvs' double (and the old ``gym`` package its spaces come from) for every test here."""
 
 
-def make(num_states=0, max_episode_length=6, clamp=True, seed=0):
-    double = VecEnvRLGamesDouble(
-        PointMassTask(NUM_ENVS, num_states=num_states, max_episode_length=max_episode_length, seed=seed), clamp=clamp
+def make(num_states=0, max_episode_length=6, seed=0):
+    """The double's ``VecEnvRLGames`` with an ``RLTask`` that ends episodes as OIGE's locomotion tasks do
+    (tasks/shared/locomotion.py: reset at ``progress_buf >= max_episode_length - 1``, or a failure, here
+    ``|x| > 1``), as ``initialize_task`` builds it, wrapped for skrl."""
+    from omniisaacgymenvs.envs.vec_env_rlgames import VecEnvRLGames
+    from omniisaacgymenvs.tasks.base import RLTask
+
+    class LocomotionLikeTask(RLTask):
+        def __init__(self, name, sim_config, env):
+            super().__init__(name, sim_config, env, num_states=num_states)
+            self._max_episode_length = max_episode_length
+
+        def is_done(self):
+            failed = self.position.abs() > 1.0
+            timed_out = self.progress_buf >= self._max_episode_length - 1
+            self.reset_buf[:] = (failed | timed_out).long()
+
+    sim_config = SimpleNamespace(
+        config={"rl_device": "cpu", "pipeline": "cpu", "seed": seed},
+        task_config={"env": {"numEnvs": NUM_ENVS, "controlFrequencyInv": 2, "clipObservations": 5.0,
+                             "clipActions": 1.0}},
     )
+    double = VecEnvRLGames(headless=True, sim_device=0)
+    double.set_task(LocomotionLikeTask("PointMass", sim_config, double))
     return OmniIsaacGymWrapper(double), double
 
 
@@ -235,7 +93,7 @@ def test_time_outs_are_truncations_and_failures_terminations():
     env, _ = make(max_episode_length=7)  # resets at progress_buf >= 6
     env.reset()  # the reset step counts: progress is 1
     push = torch.zeros(NUM_ENVS, ACT)
-    push[:2] = 1.0  # envs 0 and 1 accelerate out of |x| <= 2 (at progress 5) before the time limit
+    push[:2] = 1.0  # envs 0 and 1 accelerate out of |x| <= 1 (at progress 5) before the time limit
     flags = [env.step(push)[2:4] for _ in range(5)]  # progress 2..6: the time limit is the 5th step
     terminated = torch.stack([f[0][:, 0] for f in flags])  # (steps, envs)
     truncated = torch.stack([f[1][:, 0] for f in flags])
@@ -291,9 +149,8 @@ def test_auto_reset_passes_through():
     assert double._task.reset_calls == 2  # the initial reset, then the lazy one
 
 
-@pytest.mark.parametrize("clamp", [True, False], ids=["VecEnvRLGames", "raw-task-buffers"])
-def test_returned_tensors_do_not_change_under_the_caller(clamp):
-    env, _ = make(clamp=clamp)
+def test_returned_tensors_do_not_change_under_the_caller():
+    env, _ = make()
     env.reset()
     obs, reward, *_ = env.step(torch.ones(NUM_ENVS, ACT))
     kept_obs, kept_reward = obs.clone(), reward.clone()

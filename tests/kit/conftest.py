@@ -1,7 +1,9 @@
 """tests/kit run in a real Kit kernel (PyPI omniverse-kit, Python 3.12 only): tests/kit/run_kit_tests.sh.
 
-In any other interpreter (the main Python 3.11 run) they are collected but skipped, with the command to run
-them. Nothing here imports ``omni.kit_app``: importing it boots the kernel (and asks for the EULA).
+Tests marked ``kit_kernel`` need that kernel: in any other interpreter (the main Python 3.11 run) they are
+collected but skipped, with the command to run them. The others (the settings bridge over the
+``carb.settings`` stand-in) run in both. Nothing here imports ``omni.kit_app``: importing it boots the kernel
+(and asks for the EULA).
 """
 
 from __future__ import annotations
@@ -26,5 +28,5 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="needs a Kit kernel (omniverse-kit on Python 3.12): tests/kit/run_kit_tests.sh")
     for item in items:
-        if HERE in Path(str(item.path)).resolve().parents:
+        if HERE in Path(str(item.path)).resolve().parents and item.get_closest_marker("kit_kernel"):
             item.add_marker(skip)

@@ -11,8 +11,11 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 from kit_harness import ROOT, run_kit
+
+pytestmark = pytest.mark.kit_kernel
 
 MANIFEST_SETTINGS = tomllib.loads((ROOT / "extension.toml").read_text())["settings"]["exts"]["omni.sfp"]
 

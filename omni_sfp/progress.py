@@ -1,0 +1,100 @@
+"""Where a run's progress goes: each iteration to progress.jsonl, TensorBoard and the console
+(:class:`ProgressOutput`, the loop's ``log`` callback on rank 0), and the run's end in one :class:`Summary`
+with its greppable ``Training time: ... | SPS: ... | SFP cache hits: ...`` line."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omni_sfp import distributed
+from omni_sfp.agent import SFPPPO
+from omni_sfp.loop import Progress
+
+
+@dataclass
+class Summary:
+    training_time_s: float
+    sps: float
+    sfp_hit_rate: float | None  # None: no cache in use
+    final_return: float | None  # deterministic evaluation after training
+    optimal_return: float | None
+    iterations: int
+    run_dir: Path | None  # None on ranks > 0 of a multi-process run
+    history: list[Progress] = field(default_factory=list)
+    interrupted: str | None = None  # "SIGINT" or "SIGTERM" when a signal stopped the run early
+    checkpoint: Path | None = None  # the last checkpoint written
+
+    def line(self) -> str:
+        hits = "off" if self.sfp_hit_rate is None else f"{100 * self.sfp_hit_rate:.1f}%"
+        return f"Training time: {self.training_time_s:.1f} s | SPS: {self.sps:.0f} | SFP cache hits: {hits}"
+
+
+class ProgressOutput:
+    """Where each iteration's progress goes on rank 0: ``progress.jsonl`` (and ``progress_file``),
+    TensorBoard, and the console: a tqdm bar with ETA on a terminal, else (a log file, CI) one compact line
+    every ``every`` iterations and at the last one."""
+
+    def __init__(self, paths: list[Path], agent: SFPPPO, *, iterations: int, start_iteration: int, console: str,
+                 cache_in_use: bool, every: int | None = None) -> None:
+        self.files = []
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.files.append(open(path, "a"))  # noqa: SIM115 (open for the whole run; close() closes it)
+        self.agent, self.cache_in_use = agent, cache_in_use
+        self.iterations, self.start_iteration = iterations, start_iteration
+        self.every = every or max(1, iterations // 10)
+        self.skipped = agent.skipped_updates
+        self.start = time.perf_counter()
+        self.bar = None
+        if console == "bar":
+            import tqdm
+
+            self.bar = tqdm.tqdm(total=iterations, initial=start_iteration, unit="it", file=sys.stdout,
+                                 mininterval=1.0, dynamic_ncols=True)
+
+    def write(self, progress: Progress, losses: dict[str, float]) -> None:
+        agent = self.agent
+        if progress.skipped_updates > self.skipped:
+            print(f"[omni_sfp] iteration {progress.iteration}: update skipped ({progress.skipped_updates} so far): "
+                  f"{agent.last_skip_reason}", file=sys.stderr, flush=True)
+        self.skipped = progress.skipped_updates
+        line = json.dumps(progress.__dict__)
+        for file in self.files:
+            file.write(line + "\n")
+            file.flush()
+
+        if progress.mean_return is not None:  # the update's losses are tracked already, under skrl's tags
+            agent.track_data("Reward / Episode return (mean)", progress.mean_return)
+            agent.track_data("Episode / Length (mean)", progress.mean_length)
+        agent.track_data("SFP / Cache hit rate (shareable calls)", progress.sfp_hit_rate)
+        agent.track_data("Stats / SPS", progress.sps)
+        agent.track_data("Stats / Rollout time (s)", progress.rollout_s)
+        agent.track_data("Stats / Update time (s)", progress.update_s)
+        if getattr(agent, "writer", None) is not None:
+            agent.write_tracking_data(timestep=progress.timestep, timesteps=self.iterations * agent.cfg.rollouts)
+        agent.tracking_data.clear()
+
+        shown = "-" if progress.mean_return is None else f"{progress.mean_return:.1f}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"return {shown} | SPS {progress.sps:.0f}", refresh=False)
+            self.bar.update(1)
+        elif not progress.iteration % self.every or progress.iteration == self.iterations:
+            done = progress.iteration - self.start_iteration
+            eta = (time.perf_counter() - self.start) / done * (self.iterations - progress.iteration)
+            hits = f"{100 * progress.sfp_hit_rate:.1f}%" if self.cache_in_use else "off"
+            print(f"[omni_sfp] iteration {progress.iteration}/{self.iterations} | env steps "
+                  f"{progress.timestep * agent.memory.num_envs * distributed.world_size()} | SPS {progress.sps:.0f} | return {shown} | "
+                  f"cache hits {hits} | ETA {eta:.0f} s", flush=True)
+
+    def close(self) -> None:
+        for file in self.files:
+            file.close()
+        if self.bar is not None:
+            self.bar.close()
+        writer = getattr(self.agent, "writer", None)
+        if writer is not None:
+            writer.flush()
