@@ -20,12 +20,14 @@ INITS = schema.INITS
 
 def _linear(in_features: int, out_features: int, init: str, gain: float) -> nn.Linear:
     """``init="orthogonal"``: orthogonal weights of ``gain``, zero bias (PPO practice); ``"torch"``: nn.Linear's
-    own default, which skrl's model instantiators and rl_games' ``initializer: default`` keep."""
+    own default (skrl's model instantiators); ``"torch_zero_bias"``: its weights with zero biases (rl_games'
+    ``initializer: default``, network_builder.py zeroes every Linear's bias)."""
     if init not in INITS:
         raise ValueError(f"init={init!r} is not one of {', '.join(INITS)}")
     linear = nn.Linear(in_features, out_features)
     if init == "orthogonal":
         nn.init.orthogonal_(linear.weight, gain=gain)
+    if init != "torch":
         nn.init.zeros_(linear.bias)
     return linear
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import itertools
 import json
 import os
 import sys
@@ -50,11 +51,14 @@ def make_run_dir(cfg: DictConfig, resume_from: Path | None = None, resumed_at: i
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     name = f"{stamp}_{cfg.experiment}" if cfg.experiment else stamp
     run_dir = Path(cfg.runs_dir) / cfg.task.name.replace(":", "_") / name
-    suffix = 1
-    while run_dir.exists():
-        run_dir = run_dir.with_name(f"{name}-{suffix}")
-        suffix += 1
-    (run_dir / "checkpoints").mkdir(parents=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in itertools.count(1):  # mkdir claims the name atomically: runs started in the same second differ
+        try:
+            run_dir.mkdir()
+            break
+        except FileExistsError:
+            run_dir = run_dir.with_name(f"{name}-{suffix}")
+    (run_dir / "checkpoints").mkdir()
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     return run_dir
 

@@ -80,7 +80,7 @@ def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None):
         gae_lambda=p.gae_lambda,
         learning_rate=p.learning_rate,
         learning_rate_scheduler=KLAdaptiveLR if p.learning_rate_schedule == "kl_adaptive" else None,
-        learning_rate_scheduler_kwargs={"kl_threshold": p.desired_kl} if p.learning_rate_schedule == "kl_adaptive" else {},
+        learning_rate_scheduler_kwargs={"kl_threshold": p.desired_kl, "max_lr": p.max_learning_rate} if p.learning_rate_schedule == "kl_adaptive" else {},
         observation_preprocessor=scaler if p.observation_normalization else None,
         observation_preprocessor_kwargs={"size": env.observation_space, "device": device},
         value_preprocessor=scaler if p.value_normalization else None,

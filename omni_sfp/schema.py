@@ -26,7 +26,7 @@ from typing import Any
 CACHE_CHECKS: tuple[str, ...] = ("identity", "content", "auto", "off")
 CHECK_FINITE: tuple[str, ...] = ("raise", "skip", "off")
 LR_SCHEDULES: tuple[str, ...] = ("kl_adaptive", "fixed")
-INITS: tuple[str, ...] = ("orthogonal", "torch")
+INITS: tuple[str, ...] = ("orthogonal", "torch", "torch_zero_bias")
 # activation name -> the torch.nn class that omni_sfp.models builds for it
 ACTIVATIONS: dict[str, str] = {
     "elu": "ELU",
@@ -210,7 +210,8 @@ TRAIN: tuple[Setting, ...] = (
        "separate)"),
     _s("train.models.activation", "str", "elu", "activation after each hidden layer", choices=tuple(ACTIVATIONS)),
     _s("train.models.init", "str", "orthogonal", "weight init: orthogonal (gain sqrt 2, policy head 0.01, value head "
-       "1) or torch (nn.Linear's default, as skrl's model instantiators and rl_games' default initializer)",
+       "1), torch (nn.Linear's default, as skrl's model instantiators) or torch_zero_bias (rl_games' default "
+       "initializer)",
        choices=INITS),
     _s("train.models.initial_log_std", "float", 0.0, "initial log standard deviation of the Gaussian policy"),
     _s("train.models.compile", "bool", False, "torch.compile the trunk (inductor; needs a C++ compiler on CPU; "
@@ -225,6 +226,8 @@ TRAIN: tuple[Setting, ...] = (
        "it)", above=0),
     _s("train.ppo.learning_rate_schedule", "str", "kl_adaptive", "kl_adaptive (skrl's KLAdaptiveLR) or fixed",
        choices=LR_SCHEDULES),
+    _s("train.ppo.max_learning_rate", "float", 1.0e-2, "upper bound of the kl_adaptive schedule's learning rate "
+       "(skrl's KLAdaptiveLR max_lr)", above=0),
     _s("train.ppo.desired_kl", "float", 0.008, "target KL of the kl_adaptive schedule (> 0 with it)", minimum=0),
     _s("train.ppo.kl_threshold", "float", 0.0, "early-stop an epoch when the KL exceeds this; 0 disables",
        minimum=0),

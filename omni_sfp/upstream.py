@@ -131,6 +131,8 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
         take("train.models.activation", activation, "models.policy.network[0].activations")
     if "initial_log_std" in policy:
         take("train.models.initial_log_std", float(policy["initial_log_std"]), "models.policy.initial_log_std")
+    if network:  # skrl's model instantiators build nn.Linear layers and keep their default init
+        take("train.models.init", "torch", "models.policy.network (skrl's instantiator: nn.Linear's default init)")
 
     simple = {
         "rollouts": ("rollouts", int),
@@ -204,6 +206,8 @@ def rlgames_settings(train: Mapping[str, Any], task: Mapping[str, Any], train_fi
         take("train.models.units", [int(u) for u in mlp["units"]], f"{train_file}: params.network.mlp.units")
     if mlp.get("activation") in ACTIVATIONS:
         take("train.models.activation", mlp["activation"], f"{train_file}: params.network.mlp.activation")
+    if ((mlp.get("initializer") or {}).get("name")) == "default":  # rl_games keeps the weights, zeroes the biases
+        take("train.models.init", "torch_zero_bias", f"{train_file}: params.network.mlp.initializer.name")
     sigma = ((network.get("space", {}) or {}).get("continuous", {}) or {}).get("sigma_init", {}) or {}
     if sigma.get("name") == "const_initializer" and "val" in sigma:
         take("train.models.initial_log_std", float(sigma["val"]),

@@ -207,3 +207,24 @@ def test_a_checkpoint_of_another_model_is_refused_by_name(tmp_path):
     _, wider = build(tmp_path, "max_iterations=1", "train.models.units=[32,32]", seed=1)
     with pytest.raises(ckpt.CheckpointError, match=rf"checkpoint {checkpoints.last}: does not fit this model/task"):
         wider.load_state_dict(saved, source=checkpoints.last)
+
+
+def test_runs_started_in_the_same_second_get_distinct_run_folders(tmp_path, monkeypatch):
+    """Two processes of the quality benchmark once collided on one ``<timestamp>`` folder (FileExistsError):
+    the name is claimed by ``mkdir``, so concurrent creators each get their own."""
+    import datetime
+    from concurrent.futures import ThreadPoolExecutor
+
+    from omni_sfp import run_folder
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2026, 1, 1, 12, 0, 0)
+
+    monkeypatch.setattr(run_folder.datetime, "datetime", Frozen)
+    cfg = load_config([f"runs_dir={tmp_path}", "experiment=x"])
+    with ThreadPoolExecutor(8) as pool:
+        folders = list(pool.map(lambda _: run_folder.make_run_dir(cfg), range(16)))
+    assert len(set(folders)) == 16 and all((f / "config.yaml").is_file() for f in folders)
+    assert sorted(f.name for f in folders)[:2] == ["2026-01-01_12-00-00_x", "2026-01-01_12-00-00_x-1"]

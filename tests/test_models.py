@@ -101,5 +101,9 @@ def test_init_torch_is_nn_linears_default_and_orthogonal_is_orthogonal(cls):
     first = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][0]
     gram = first.weight.T @ first.weight  # 6 orthogonal columns of norm sqrt(2)
     assert torch.allclose(gram, 2 * torch.eye(6), atol=1e-5) and not first.bias.any()
+    torch.manual_seed(3)
+    model = cls(BOX_OBS, BOX_ACT, "cpu", units=(16, 8), init="torch_zero_bias")
+    first = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][0]
+    assert torch.equal(first.weight, plain[0].weight) and not first.bias.any()
     with pytest.raises(ValueError, match="init='xavier'"):
         cls(BOX_OBS, BOX_ACT, "cpu", init="xavier")

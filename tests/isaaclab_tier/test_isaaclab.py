@@ -149,6 +149,7 @@ def test_isaac_ids_take_their_registered_skrl_config_and_num_envs(capsys):
     assert (ppo.value_clip, ppo.value_loss_scale, ppo.entropy_loss_scale, ppo.grad_norm_clip) == (0.2, 2.0, 0.0, 1.0)
     assert ppo.time_limit_bootstrap is False and ppo.observation_normalization and ppo.value_normalization
     assert list(models.units) == [32, 32] and models.activation == "elu" and models.separate is False
+    assert models.init == "torch"  # skrl's instantiators keep nn.Linear's default init
     assert cfg.train.max_iterations == 150  # trainer.timesteps 4800 / rollouts 32
     source = "isaaclab_tasks.core.cartpole.agents:skrl_direct_ppo_cfg.yaml"
     assert cfg.task.upstream["train.ppo.rollouts"] == f"32 <- {source}: agent.rollouts"
