@@ -199,15 +199,39 @@ def final_observations(infos: Any, next_observations: torch.Tensor, observation_
     return None
 
 
+def soft_action_bounds(action_space, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """rl_games' soft bounds of the policy mean: 1.1 times the action range around its centre, per dimension
+    (its actions live in [-1, 1], its bound is +-1.1); None for spaces without finite bounds."""
+    low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
+    if low is None or high is None or not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return None
+    low, high = (torch.as_tensor(b, dtype=torch.float32, device=device) for b in (low, high))
+    centre, half = (high + low) / 2, 1.1 * (high - low) / 2
+    return centre - half, centre + half
+
+
+def bounds_loss(mean_actions: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """rl_games' ``bound_loss``: the squared excess of the policy mean beyond the soft bounds, summed over the
+    action dimensions, averaged over the batch. Beyond the env's clip every sampled action acts alike, so the
+    surrogate alone has no gradient that brings a runaway mean back (and the deterministic policy, which plays
+    the mean, stops matching the sampled one that was trained); this term has one."""
+    excess = torch.relu(mean_actions - high) + torch.relu(low - mean_actions)
+    return excess.square().sum(dim=-1).mean()
+
+
 class SFPPPO(PPO):
     """skrl PPO for single-forward-pass models, with our own ``update()``; see the module docstring.
 
     :param check_finite: ``"raise"``, ``"skip"`` or ``"off"`` (``True``/``False`` mean raise/off).
     :param fused_optimizer: fused Adam, with the gradient-norm clip folded into its step.
+    :param bounds_loss_scale: weight of rl_games' bound loss on the policy mean (0: none, as skrl's PPO).
     """
 
-    def __init__(self, *args, check_finite: str | bool = "raise", fused_optimizer: bool = False, **kwargs) -> None:
+    def __init__(self, *args, check_finite: str | bool = "raise", fused_optimizer: bool = False,
+                 bounds_loss_scale: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.bounds_loss_scale = float(bounds_loss_scale)
+        self._soft_bounds = soft_action_bounds(self.action_space, self.device) if self.bounds_loss_scale else None
         if fused_optimizer and self.optimizer is not None:
             self._use_fused_adam()
         if self.cfg.mixed_precision and self._device_type == "cpu":
@@ -543,6 +567,9 @@ class SFPPPO(PPO):
                         predicted_values = old_values + torch.clip(predicted_values - old_values,
                                                                    min=-cfg.value_clip, max=cfg.value_clip)
                     value_loss = cfg.value_loss_scale * F.mse_loss(batch_returns, predicted_values)
+                    if self._soft_bounds is not None:
+                        policy_loss = policy_loss + self.bounds_loss_scale * bounds_loss(outputs["mean_actions"],
+                                                                                         *self._soft_bounds)
 
                 self.optimizer.zero_grad()
                 self.scaler.scale(policy_loss + entropy_loss + value_loss).backward()

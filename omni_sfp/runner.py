@@ -117,6 +117,7 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
         cfg=ppo_cfg(cfg, env, device, run_dir),
         check_finite=cfg.train.check_finite,
         fused_optimizer=p.fused_optimizer,
+        bounds_loss_scale=p.bounds_loss_scale,
     )
     agent.init()  # memory tensors; the TensorBoard writer when there is a run folder
     return agent

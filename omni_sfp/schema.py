@@ -237,6 +237,8 @@ TRAIN: tuple[Setting, ...] = (
     _s("train.ppo.entropy_loss_scale", "float", 0.0, "entropy bonus weight"),
     _s("train.ppo.value_loss_scale", "float", 2.0, "value loss weight", minimum=0),
     _s("train.ppo.grad_norm_clip", "float", 1.0, "global gradient norm clip; 0 disables", minimum=0),
+    _s("train.ppo.bounds_loss_scale", "float", 1.0e-4, "weight of rl_games' bound loss: the squared excess of the "
+       "policy mean beyond 1.1x the action bounds (0: none, as skrl's PPO)", minimum=0),
     _s("train.ppo.fused_optimizer", "bool", True, "fused Adam: the same update in one kernel (CPU and CUDA); "
        "false: skrl's default Adam"),
     _s("train.ppo.time_limit_bootstrap", "bool", True, "bootstrap truncated episodes with the value of the next "

@@ -12,7 +12,7 @@ are mapped onto omni_sfp's keys (``train.ppo.*``, ``train.models.*``, ``train.ma
 ``task.env.num_envs``). :func:`apply` writes them into the composed config *except* the keys the user set on
 the command line, which still win, and records each one in ``task.upstream`` (``key: "value <- file: upstream
 key"``), which the run folder's ``config.yaml`` keeps. Upstream keys without an omni_sfp counterpart
-(rl_games' ``bounds_loss_coef``, ``mixed_precision``, ...) are not mapped; see docs/isaac-sim.md.
+(rl_games' ``mixed_precision``, ...) are not mapped; see docs/isaac-sim.md.
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
         take("train.models.activation", activation, "models.policy.network[0].activations")
     if "initial_log_std" in policy:
         take("train.models.initial_log_std", float(policy["initial_log_std"]), "models.policy.initial_log_std")
+    take("train.ppo.bounds_loss_scale", 0.0, "agent.class PPO (skrl's PPO has no bound loss)")
     if network:  # skrl's model instantiators build nn.Linear layers and keep their default init
         take("train.models.init", "torch", "models.policy.network (skrl's instantiator: nn.Linear's default init)")
 
@@ -238,6 +239,7 @@ def rlgames_settings(train: Mapping[str, Any], task: Mapping[str, Any], train_fi
     if "clip_value" in config:
         take("train.ppo.value_clip", e_clip if config["clip_value"] else 0.0, cfile + "clip_value (uses e_clip)")
     take("train.ppo.entropy_loss_scale", float(config.get("entropy_coef", 0.0)), cfile + "entropy_coef")
+    take("train.ppo.bounds_loss_scale", float(config.get("bounds_loss_coef") or 0.0), cfile + "bounds_loss_coef")
     # rl_games: loss = a_loss + 0.5 * critic_coef * c_loss; skrl: value_loss_scale * c_loss
     take("train.ppo.value_loss_scale", 0.5 * float(config.get("critic_coef", 1.0)), cfile + "critic_coef / 2")
     if "grad_norm" in config:

@@ -13,6 +13,7 @@ import copy
 import functools
 import statistics
 
+import gymnasium
 import pytest
 import torch
 from ppo_driver import BOX_ACT, BOX_OBS, make_agent, run
@@ -21,7 +22,7 @@ from skrl.agents.torch.ppo.ppo import compute_gae as skrl_compute_gae
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
-from omni_sfp.agent import SFPPPO, compute_gae
+from omni_sfp.agent import SFPPPO, bounds_loss, compute_gae, soft_action_bounds
 from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 
 UNITS = (16, 16)
@@ -197,3 +198,34 @@ def test_gae_is_skrls_bitwise(bootstrap):
     mine = compute_gae(rewards=rewards, dones=terminated | truncated if bootstrap else terminated, values=values,
                        last_values=last_values, discount_factor=0.99, gae_lambda=0.95)
     assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
+
+
+def test_bounds_loss_is_rl_games_bound_loss_by_hand():
+    """rl_games' ``bound_loss`` (a2c_continuous.py): soft bound 1.1 on actions in [-1, 1]; here 1.1x the range
+    around its centre, so an action space of [0, 4] has soft bounds [-0.2, 4.2]."""
+    low, high = soft_action_bounds(gymnasium.spaces.Box(0.0, 4.0, (2,)), "cpu")
+    assert torch.allclose(low, torch.tensor([-0.2, -0.2])) and torch.allclose(high, torch.tensor([4.2, 4.2]))
+    means = torch.tensor([[5.2, 1.0], [-1.2, 4.2]])  # excess 1.0, 0 | 1.0, 0
+    assert torch.allclose(bounds_loss(means, low, high), torch.tensor((1.0 + 1.0) / 2))
+    assert soft_action_bounds(gymnasium.spaces.Box(-float("inf"), float("inf"), (2,)), "cpu") is None
+
+
+def test_the_bound_loss_brings_a_runaway_policy_mean_back_and_scale_0_is_skrls_update():
+    """A policy whose mean sits at 4 (beyond the [-1, 1] bounds): with the bound loss the updates pull it
+    towards 1.1; without it (scale 0, skrl's PPO) they do not, and the update is skrl's bit for bit."""
+    def runaway() -> dict:
+        models = make_models("shared-sfp")
+        with torch.no_grad():
+            models["policy"].policy_head.bias.fill_(4.0)
+        return models
+
+    def mean_action(agent) -> float:
+        with torch.no_grad():
+            observations = agent._observation_preprocessor(torch.randn(256, 6, generator=torch.Generator().manual_seed(0)))
+            return float(agent.policy.act({"observations": observations}, role="policy")[1]["mean_actions"].mean())
+
+    without, _ = train(SFPPPO, runaway(), updates=3)
+    skrl, _ = train(PPO, runaway(), updates=3)
+    assert torch.equal(flat_parameters(without), flat_parameters(skrl))
+    pulled, _ = train(functools.partial(SFPPPO, bounds_loss_scale=1.0), runaway(), updates=3)
+    assert mean_action(pulled) < mean_action(without) - 0.01 and mean_action(without) > 3.5

@@ -209,8 +209,8 @@ def rlgames_params(cfg, *, device: str, train_dir: str, threads: int) -> dict[st
     ``CartpolePPO.yaml`` layout (shared ``actor_critic`` MLP, fixed sigma). rl_games halves its critic loss,
     so ``critic_coef`` is twice skrl's ``value_loss_scale``; it clips the value by ``e_clip``, so
     ``value_clip`` must equal ``ratio_clip`` (or be 0); its KL-adaptive schedule steps per minibatch
-    (skrl's: per epoch). OmniIsaacGymEnvs' ``bounds_loss_coef`` (1e-4 for Cartpole) has no counterpart in
-    skrl and is 0 here."""
+    (skrl's: per epoch). ``bounds_loss_coef`` is ``train.ppo.bounds_loss_scale`` (our update has rl_games'
+    bound loss; plain skrl's PPO has none)."""
     from omni_sfp.config import num_envs
 
     t, p = cfg.train, cfg.train.ppo
@@ -263,7 +263,7 @@ def rlgames_params(cfg, *, device: str, train_dir: str, threads: int) -> dict[st
             "mini_epochs": int(p.learning_epochs),
             "critic_coef": 2.0 * float(p.value_loss_scale),
             "seq_length": 4,
-            "bounds_loss_coef": 0.0,
+            "bounds_loss_coef": float(p.bounds_loss_scale),
             "train_dir": train_dir,
             "torch_compile": False,
         },

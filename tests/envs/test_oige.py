@@ -245,11 +245,12 @@ def test_task_ant_takes_oiges_ant_settings(oige_double, capsys):
     assert ppo.observation_normalization and ppo.value_normalization
     assert list(models.units) == [256, 128, 64] and models.activation == "elu" and not models.separate
     assert models.init == "torch_zero_bias"  # mlp.initializer: default (rl_games zeroes the biases)
+    assert ppo.bounds_loss_scale == 1e-4  # params.config.bounds_loss_coef
     assert cfg.train.max_iterations == 500
     assert cfg.task.upstream["train.ppo.rollouts"] == "16 <- AntPPO.yaml: params.config.horizon_length"
     assert cfg.task.upstream["task.env.num_envs"] == "4096 <- Ant.yaml: env.numEnvs"
     out = capsys.readouterr().out
-    assert "[omni_sfp] Ant: 24 upstream settings (command-line overrides win):" in out
+    assert "[omni_sfp] Ant: 25 upstream settings (command-line overrides win):" in out
     assert "train.ppo.mini_batches=2  <- AntPPO.yaml: params.config.minibatch_size (32768)" in out
 
 

@@ -150,6 +150,7 @@ def test_isaac_ids_take_their_registered_skrl_config_and_num_envs(capsys):
     assert ppo.time_limit_bootstrap is False and ppo.observation_normalization and ppo.value_normalization
     assert list(models.units) == [32, 32] and models.activation == "elu" and models.separate is False
     assert models.init == "torch"  # skrl's instantiators keep nn.Linear's default init
+    assert ppo.bounds_loss_scale == 0.0  # skrl's PPO has no bound loss
     assert cfg.train.max_iterations == 150  # trainer.timesteps 4800 / rollouts 32
     source = "isaaclab_tasks.core.cartpole.agents:skrl_direct_ppo_cfg.yaml"
     assert cfg.task.upstream["train.ppo.rollouts"] == f"32 <- {source}: agent.rollouts"
