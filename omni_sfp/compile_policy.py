@@ -11,8 +11,9 @@ decision's reason, and compiles with :func:`compile_trunk`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -71,9 +72,14 @@ def compile_trunk(model: Any) -> None:
     """Compile a ``SharedActorCritic``'s MLP inside its cache (the keys stay in Python, the math is fused), or
     the network of a separate model; torch's dynamo guards are restored first (omni_sfp.coldstart).
 
-    The module is compiled in place (``nn.Module.compile``): its parameter names, and so the checkpoints, are
-    those of the eager model, and a run compiled by ``auto`` resumes (or plays) eager or compiled alike.
+    The network stays where it is and only its ``forward`` is compiled, so its parameter names, and so the
+    checkpoints, are those of the eager model: a run that ``auto`` compiled resumes or plays eager or compiled
+    alike (``torch.compile(module)`` would add ``_orig_mod.`` to every name; ``nn.Module.compile()`` traces
+    nothing in torch 2.13, whose dynamo skips ``Module._call_impl``). The method is bound to the network, so a
+    ``copy.deepcopy`` of it runs the copy's parameters (omni_sfp.export copies the eager one).
     """
+    import torch
+
     from omni_sfp.coldstart import restore_dynamo_guards
 
     cache = getattr(model, "trunk", None)
@@ -84,7 +90,12 @@ def compile_trunk(model: Any) -> None:
     else:
         raise TypeError(f"{type(model).__name__} has no trunk to compile")
     restore_dynamo_guards()
-    network.compile()
+    network.forward = types.MethodType(torch.compile(type(network).forward), network)
+
+
+def is_compiled(network: Any) -> bool:
+    """Whether :func:`compile_trunk` compiled this network (its ``forward`` is the compiled one)."""
+    return "forward" in vars(network)
 
 
 EAGER_ITERATIONS = 2  # auto measures the second: the first one pays for first calls and allocations

@@ -89,8 +89,8 @@ class Setting:
             return None
         if self.kind == "bool":
             ok = isinstance(value, bool)
-        elif self.kind == "bool_auto":  # Hydra reads true/false as bools and auto as a string
-            ok = isinstance(value, (bool, str))
+        elif self.kind == "bool_auto":  # any value: problem() names the three allowed ones
+            ok = value is not None
         elif self.kind == "int":
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif self.kind == "float":
