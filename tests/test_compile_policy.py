@@ -104,8 +104,8 @@ def test_the_default_cartpole_run_decides_eager_after_two_iterations_and_says_wh
     lines = [line for line in capsys.readouterr().out.splitlines() if "train.models.compile" in line]
     assert len(lines) == 1 and lines[0].startswith("[omni_sfp] iteration 2: train.models.compile=auto: eager, "
                                                    "1 iterations x "), lines
-    second = summary.history[1]
-    assert f"{second.rollout_s + second.update_s:.2f} s x 4.5% saved" in lines[0]  # MEASURED, cpu fp32
+    second, cost = summary.history[1], MEASURED["cpu", runner.cfg.train.mixed_precision]
+    assert f"{second.rollout_s + second.update_s:.2f} s x {100 * cost.saving:.1f}% saved" in lines[0]
     assert runner.auto_compile.decision.compile is False and runner.auto_compile.iteration == 2
     assert not is_compiled(runner.models["policy"].trunk.trunk)
     assert (runner.run_dir / "notes.txt").read_text() == lines[0] + "\n"
