@@ -11,6 +11,8 @@ decision's reason, and compiles with :func:`compile_trunk`.
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,16 +70,72 @@ def decide_compile(setting: bool | str, *, iterations_left: int, iteration_s: fl
 
 def compile_trunk(model: Any) -> None:
     """Compile a ``SharedActorCritic``'s MLP inside its cache (the keys stay in Python, the math is fused), or
-    the networks of separate models; torch's dynamo guards are restored first (omni_sfp.coldstart)."""
+    the network of a separate model; torch's dynamo guards are restored first (omni_sfp.coldstart).
+
+    The network stays where it is and only its ``forward`` is compiled, so its parameter names, and so the
+    checkpoints, are those of the eager model: a run that ``auto`` compiled resumes or plays eager or compiled
+    alike (``torch.compile(module)`` would add ``_orig_mod.`` to every name; ``nn.Module.compile()`` traces
+    nothing in torch 2.13, whose dynamo skips ``Module._call_impl``). The method is bound to the network, so a
+    ``copy.deepcopy`` of it runs the copy's parameters (omni_sfp.export copies the eager one).
+    """
     import torch
 
     from omni_sfp.coldstart import restore_dynamo_guards
 
-    restore_dynamo_guards()
     cache = getattr(model, "trunk", None)
     if cache is not None and hasattr(cache, "trunk"):
-        cache.trunk = torch.compile(cache.trunk)
+        network = cache.trunk
     elif hasattr(model, "net"):
-        model.net = torch.compile(model.net)
+        network = model.net
     else:
         raise TypeError(f"{type(model).__name__} has no trunk to compile")
+    restore_dynamo_guards()
+    network.forward = types.MethodType(torch.compile(type(network).forward), network)
+
+
+def is_compiled(network: Any) -> bool:
+    """Whether :func:`compile_trunk` compiled this network (its ``forward`` is the compiled one)."""
+    return "forward" in vars(network)
+
+
+EAGER_ITERATIONS = 2  # auto measures the second: the first one pays for first calls and allocations
+
+
+class AutoCompile:
+    """The loop's ``tune`` hook for ``train.models.compile=auto`` (:class:`omni_sfp.loop.Learner`): after
+    :data:`EAGER_ITERATIONS` eager iterations of this process (after a resume too), it times the last one
+    (rollout + update), asks :func:`decide_compile`, reports the reason once and compiles the models' trunks
+    when it pays. A run that ends sooner is decided at its last iteration (nothing left: eager).
+
+    :param models: the agent's models (one object when policy and value share it).
+    :param agree: turns this process's decision into every process's (``distributed.any_rank``).
+    :param report: where the one-line reason goes (rank 0's console); None: nowhere.
+    """
+
+    def __init__(self, models: dict[str, Any], *, iterations: int, device_type: str, mixed_precision: bool,
+                 agree: Callable[[bool], bool] = bool, report: Callable[[str], None] | None = None) -> None:
+        self.models = list(dict.fromkeys(models.values()))
+        self.iterations, self.device_type, self.mixed_precision = iterations, device_type, mixed_precision
+        self.agree, self.report = agree, report
+        self.seen = 0  # iterations this process ran
+        self.decision: CompileDecision | None = None
+        self.iteration: int | None = None  # the iteration after which it was decided
+
+    def __call__(self, progress: Any) -> None:
+        if self.decision is not None:
+            return
+        self.seen += 1
+        if self.seen < EAGER_ITERATIONS and progress.iteration < self.iterations:
+            return
+        decision = decide_compile("auto", iterations_left=self.iterations - progress.iteration,
+                                  iteration_s=progress.rollout_s + progress.update_s, device_type=self.device_type,
+                                  mixed_precision=self.mixed_precision)
+        if self.agree(decision.compile) != decision.compile:  # another process decided to compile
+            decision = CompileDecision(True, decision.reason.replace(": eager,", ": compiling (as another process "
+                                                                               "decided),", 1))
+        self.decision, self.iteration = decision, progress.iteration
+        if self.report is not None:
+            self.report(f"[omni_sfp] iteration {progress.iteration}: {decision.reason}")
+        if decision.compile:
+            for model in self.models:
+                compile_trunk(model)

@@ -113,7 +113,11 @@ def policy_network(policy: nn.Module) -> nn.Module:
     from omni_sfp.models import GaussianActor, SharedActorCritic
 
     def plain(module: nn.Module) -> nn.Module:
-        return getattr(module, "_orig_mod", module)
+        module = getattr(module, "_orig_mod", module)
+        if "forward" in vars(module):  # compile_policy.compile_trunk's compiled forward: export the class's own
+            module = copy.copy(module)  # the same parameters and children
+            del module.forward
+        return module
 
     if isinstance(policy, SharedActorCritic):
         return nn.Sequential(plain(policy.trunk.trunk), policy.policy_head)

@@ -1,10 +1,11 @@
 """The iteration loop: rollout, update, log, checkpoint, stop check, in that order, in one function.
 
 :meth:`Learner.learn` is where training happens; everything else plugs into it. The Runner passes a
-``log`` callback (progress.jsonl, TensorBoard, the console) and a ``checkpoint`` callback (best.pt, the
-periodic and final checkpoints); the benchmark and the tests pass their own or none. The agent owns the
-PPO arithmetic (``SFPPPO.update`` returns its losses); the loop owns where the run is: the observations
-the next step acts on and the iteration counter, which a checkpoint saves and a resume restores.
+``log`` callback (progress.jsonl, TensorBoard, the console), a ``checkpoint`` callback (best.pt, the
+periodic and final checkpoints) and a ``tune`` hook (``train.models.compile=auto`` compiles there); the
+benchmark and the tests pass their own or none. The agent owns the PPO arithmetic (``SFPPPO.update`` returns
+its losses); the loop owns where the run is: the observations the next step acts on and the iteration
+counter, which a checkpoint saves and a resume restores.
 """
 
 from __future__ import annotations
@@ -73,14 +74,17 @@ class Learner:
 
     :param log: called after every update with the iteration's :class:`Progress` and the update's losses.
     :param checkpoint: called after ``log`` with the progress and whether the loop is about to stop.
+    :param tune: called last, unless a stop was requested, with the progress: where the runner changes how the
+        next iterations run (``omni_sfp.compile_policy.AutoCompile`` compiles the trunk there).
     """
 
     def __init__(self, env, agent, *, iterations: int, stop: StopRequested | None = None,
                  log: Callable[[Progress, dict[str, float]], None] | None = None,
-                 checkpoint: Callable[[Progress, bool], None] | None = None) -> None:
+                 checkpoint: Callable[[Progress, bool], None] | None = None,
+                 tune: Callable[[Progress], None] | None = None) -> None:
         self.env, self.agent, self.iterations = env, agent, iterations
         self.stop = stop if stop is not None else StopRequested()
-        self.log, self.checkpoint = log, checkpoint
+        self.log, self.checkpoint, self.tune = log, checkpoint, tune
         self.iteration = 0  # iterations done; a resume sets it with the observations below
         self.start_iteration = 0
         self.observations: torch.Tensor | None = None
@@ -131,6 +135,8 @@ class Learner:
                 self.checkpoint(progress, stopping or self.iteration >= self.iterations)
             if stopping:
                 break
+            if self.tune is not None:
+                self.tune(progress)
 
     def rollout(self, timesteps: int) -> None:
         """``cfg.rollouts`` env steps into the agent's memory (no autograd; the agent syncs nothing)."""

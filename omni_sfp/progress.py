@@ -90,6 +90,13 @@ class ProgressOutput:
                   f"{progress.timestep * agent.memory.num_envs * distributed.world_size()} | SPS {progress.sps:.0f} | return {shown} | "
                   f"cache hits {hits} | ETA {eta:.0f} s", flush=True)
 
+    def note(self, line: str) -> None:
+        """A line on the console between the iterations' output (above the bar on a terminal)."""
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stdout)
+        else:
+            print(line, flush=True)
+
     def close(self) -> None:
         for file in self.files:
             file.close()

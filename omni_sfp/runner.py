@@ -21,6 +21,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from omni_sfp import checkpoint as ckpt
 from omni_sfp import distributed, video
 from omni_sfp.agent import SFPPPO
+from omni_sfp.compile_policy import AutoCompile, compile_trunk
 from omni_sfp.config import max_iterations, num_envs
 from omni_sfp.device import resolve_device
 from omni_sfp.evaluation import evaluate_agent
@@ -47,23 +48,24 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
         kwargs = {"units": units, "activation": m.activation, "init": m.init}
         policy = GaussianActor(env.observation_space, env.action_space, device, initial_log_std=m.initial_log_std, **kwargs)
         value = ValueCritic(env.observation_space, env.action_space, device, **kwargs)
-        if m.compile:
-            policy.net, value.net = torch.compile(policy.net), torch.compile(value.net)
-        return {"policy": policy, "value": value}
-    model = SharedActorCritic(
-        env.observation_space,
-        env.action_space,
-        device,
-        units=units,
-        activation=m.activation,
-        init=m.init,
-        single_forward_pass=cfg.train.sfp.enabled,
-        cache_check=cfg.train.sfp.cache_check,
-        initial_log_std=m.initial_log_std,
-    )
-    if m.compile:  # compile the MLP inside the cache: the cache's keys stay in Python, the math gets fused
-        model.trunk.trunk = torch.compile(model.trunk.trunk)
-    return {"policy": model, "value": model}
+        models = {"policy": policy, "value": value}
+    else:
+        model = SharedActorCritic(
+            env.observation_space,
+            env.action_space,
+            device,
+            units=units,
+            activation=m.activation,
+            init=m.init,
+            single_forward_pass=cfg.train.sfp.enabled,
+            cache_check=cfg.train.sfp.cache_check,
+            initial_log_std=m.initial_log_std,
+        )
+        models = {"policy": model, "value": model}
+    if m.compile is True:  # before training; auto decides later (Runner, compile_policy.AutoCompile)
+        for model in dict.fromkeys(models.values()):
+            compile_trunk(model)  # a shared model: the MLP inside the cache (its keys stay in Python)
+    return models
 
 
 def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None):
@@ -164,6 +166,13 @@ class Runner:
         self.learner = Learner(self.env, self.agent, iterations=max_iterations(cfg), log=self._log)
         self.checkpoints = Checkpoints(cfg, self.learner, self.run_dir)  # reads the learner's position
         self.learner.checkpoint = self.checkpoints.after_iteration
+        self.auto_compile: AutoCompile | None = None  # train.models.compile=auto: decides after 2 eager iterations
+        if cfg.train.models.compile == "auto" and not cfg.test:
+            self.auto_compile = AutoCompile(self.models, iterations=self.learner.iterations,
+                                            device_type=self.device.type, mixed_precision=cfg.train.mixed_precision,
+                                            agree=lambda flag: distributed.any_rank(flag, self.device),
+                                            report=self._note if self.run_dir is not None else None)
+            self.learner.tune = self.auto_compile
         self.disable_progressbar = disable_progressbar
         self.history: list[Progress] = []
         self._output: ProgressOutput | None = None
@@ -262,6 +271,15 @@ class Runner:
             self._output.write(progress, losses)
         else:
             self.agent.tracking_data.clear()  # nobody writes it out: do not let it grow for the whole run
+
+    def _note(self, line: str) -> None:
+        """One line for rank 0's console (through the progress bar, if any), kept in the run folder's notes.txt."""
+        if self._output is not None:
+            self._output.note(line)
+        else:
+            print(line, flush=True)
+        with open(self.run_dir / "notes.txt", "a") as notes:
+            notes.write(line + "\n")
 
     def _outputs_dir(self) -> Path | None:
         """Where videos and the exported policy go: the run folder, or with test=true the checkpoint's run folder

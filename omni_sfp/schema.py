@@ -57,8 +57,10 @@ def parse_device(text: str) -> tuple[str, int | None]:
     return kind, int(index) if index else None
 
 
-KINDS = ("bool", "int", "float", "str", "ints")
-_TYPE_NAMES = {"bool": "bool", "int": "int", "float": "float", "str": "str", "ints": "list"}
+AUTO = "auto"  # the one string a "bool_auto" setting takes besides true and false
+KINDS = ("bool", "bool_auto", "int", "float", "str", "ints")  # "bool_auto": true, false or "auto"
+_TYPE_NAMES = {"bool": "bool", "bool_auto": "true, false or auto", "int": "int", "float": "float", "str": "str",
+               "ints": "list"}
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class Setting:
             return None
         if self.kind == "bool":
             ok = isinstance(value, bool)
+        elif self.kind == "bool_auto":  # any value: problem() names the three allowed ones
+            ok = value is not None
         elif self.kind == "int":
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif self.kind == "float":
@@ -102,6 +106,8 @@ class Setting:
         wrong_type = self.type_problem(value)
         if wrong_type is not None or value is None:
             return wrong_type
+        if self.kind == "bool_auto":
+            return None if isinstance(value, bool) or value == AUTO else f"must be {self._allowed()}"
         if self.kind == "ints":
             if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
                 return "must be a non-empty list of positive integers, e.g. [256,128,64]"
@@ -127,6 +133,8 @@ class Setting:
     def _allowed(self) -> str:
         if self.kind == "bool":
             return "true or false"
+        if self.kind == "bool_auto":
+            return f"true, false or {AUTO}"
         if self.kind == "ints":
             return "a non-empty list of integers >= 1"
         if self.choices is not None:
@@ -214,8 +222,9 @@ TRAIN: tuple[Setting, ...] = (
        "initializer)",
        choices=INITS),
     _s("train.models.initial_log_std", "float", 0.0, "initial log standard deviation of the Gaussian policy"),
-    _s("train.models.compile", "bool", False, "torch.compile the trunk (inductor; needs a C++ compiler on CPU; "
-       "compiles at the first calls)"),
+    _s("train.models.compile", "bool_auto", AUTO, "torch.compile the trunk (inductor; needs a C++ compiler on CPU): "
+       "true before training, auto after 2 eager iterations when the run is long enough to pay the compile back "
+       "(the decision is printed; omni_sfp/compile_policy.py)"),
     _s("train.ppo.rollouts", "int", 16, "env steps per environment between updates (the horizon)", minimum=1),
     _s("train.ppo.learning_epochs", "int", 8, "passes over the rollout per update", minimum=1),
     _s("train.ppo.mini_batches", "int", 4, "minibatches per epoch; num_envs * rollouts must be divisible by it",
@@ -309,6 +318,8 @@ def _yaml_tree(settings: tuple[Setting, ...], strip: str) -> list[str]:
 
 
 def _choices_note(s: Setting) -> str:
+    if s.kind == "bool_auto":
+        return f" [true | false | {AUTO}]"
     if s.choices is not None:
         return f" [{' | '.join(s.choices)}]"
     if s.grammar is not None and s.key != "task":

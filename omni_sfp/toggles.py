@@ -66,6 +66,7 @@ TOGGLES: tuple[Toggle, ...] = (
     _toggle("cache_check", "train.sfp.cache_check"),
     _toggle("mixed_precision", "train.mixed_precision"),
     _toggle("units", "train.models.units"),
+    _toggle("compile", "train.models.compile"),  # true, false or auto (the panel's combo box)
     _toggle("max_iterations", "max_iterations", default=schema.setting("train.max_iterations").default),
     _toggle("checkpoint", "checkpoint"),
     _toggle("headless", "headless"),
@@ -89,6 +90,8 @@ def coerce(key: str, value: Any) -> Any:
         raise ToggleError(key, value, f"one of the keys {', '.join(TOGGLE_BY_KEY)}")
     if toggle.kind == "bool":
         return _as_bool(toggle, value)
+    if toggle.kind == "bool_auto":
+        return _as_bool_or_auto(toggle, value)
     if toggle.kind == "int":
         return _as_int(toggle, value)
     if toggle.kind == "ints":
@@ -104,6 +107,12 @@ def _as_bool(toggle: Toggle, value: Any) -> bool:
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
     raise ToggleError(toggle.key, value, toggle.spec.allowed())
+
+
+def _as_bool_or_auto(toggle: Toggle, value: Any) -> bool | str:
+    if isinstance(value, str) and value.strip().lower() == schema.AUTO:
+        return schema.AUTO
+    return _as_bool(toggle, value)
 
 
 def _as_int(toggle: Toggle, value: Any) -> int:

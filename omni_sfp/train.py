@@ -79,7 +79,8 @@ def _run(argv: list[str]) -> int:
     try:
         cfg = load_config(argv)
         draw_seed(cfg)
-        if not cfg.train.models.compile:  # an eager run traces nothing: skip torch._dynamo's import (~4 s)
+        if cfg.train.models.compile is not True:  # eager (or auto: eager first) traces nothing yet: skip
+            # torch._dynamo's import (~4 s); compile_policy.compile_trunk restores torch's guards if auto compiles
             from omni_sfp.coldstart import defer_dynamo_import
 
             defer_dynamo_import()
@@ -87,7 +88,7 @@ def _run(argv: list[str]) -> int:
         from omni_sfp.runner import Runner
 
         runner = Runner(cfg)
-        if not cfg.train.models.compile:
+        if cfg.train.models.compile is not True:
             from omni_sfp.coldstart import eager_optimizer_step
 
             eager_optimizer_step(runner.agent.optimizer)

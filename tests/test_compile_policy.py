@@ -1,11 +1,19 @@
-"""The compile decision of ``train.models.compile: auto``: hand-made costs, each side of the pay-back line."""
+"""``train.models.compile``: true, false or auto; auto's decision (hand-made costs, each side of the pay-back line),
+and the runner deciding after its first eager iterations, then training on compiled."""
+
+import os
+import shutil
 
 import pytest
 import torch
 from gymnasium.spaces import Box
 
-from omni_sfp.compile_policy import MEASURED, CompileCost, compile_trunk, decide_compile
-from omni_sfp.models import SharedActorCritic
+from omni_sfp import schema
+from omni_sfp.compile_policy import MEASURED, CompileCost, compile_trunk, decide_compile, is_compiled
+from omni_sfp.config import ConfigError, load_config
+from omni_sfp.loop import Progress
+from omni_sfp.models import GaussianActor, SharedActorCritic
+from omni_sfp.runner import Runner
 
 COST = CompileCost(compile_s=20.0, saving=0.10, source="hand-made")
 
@@ -35,11 +43,127 @@ def test_explicit_settings_and_unmeasured_devices():
         decide_compile("auto", iterations_left=-1, iteration_s=1.0, device_type="cpu", mixed_precision=False)
 
 
-def test_compile_trunk_wraps_the_mlp_inside_the_cache_and_keeps_its_parameters():
+def test_compile_trunk_compiles_the_mlp_inside_the_cache_in_place_and_keeps_its_parameter_names():
     model = SharedActorCritic(Box(-1, 1, (3,)), Box(-1, 1, (2,)), "cpu", units=(8,))
-    mlp = model.trunk.trunk
+    mlp, names = model.trunk.trunk, list(model.state_dict())
     compile_trunk(model)  # torch.compile is lazy: nothing is compiled until the first call
-    assert isinstance(model.trunk.trunk, torch._dynamo.eval_frame.OptimizedModule)
-    assert model.trunk.trunk._orig_mod is mlp
+    assert model.trunk.trunk is mlp and is_compiled(mlp)
+    assert list(model.state_dict()) == names  # no "_orig_mod.": checkpoints load into eager models and back
+    separate = GaussianActor(Box(-1, 1, (3,)), Box(-1, 1, (2,)), "cpu", units=(8,))
+    compile_trunk(separate)
+    assert is_compiled(separate.net)
     with pytest.raises(TypeError, match="no trunk"):
         compile_trunk(torch.nn.Linear(2, 2))
+
+
+def test_a_copy_of_a_compiled_network_runs_its_own_parameters_and_export_takes_the_eager_forward():
+    import copy
+
+    from omni_sfp.export import policy_network
+
+    model = SharedActorCritic(Box(-1, 1, (3,)), Box(-1, 1, (2,)), "cpu", units=(8,))
+    compile_trunk(model)
+    twin = copy.deepcopy(model.trunk.trunk)
+    assert twin.forward.__self__ is twin and twin[0].weight is not model.trunk.trunk[0].weight
+    exported = policy_network(model)[0]
+    assert not is_compiled(exported) and exported[0].weight is model.trunk.trunk[0].weight
+    assert is_compiled(model.trunk.trunk)  # the model itself keeps its compiled forward
+
+
+# ---- the setting: validation (Hydra gives a bool for true/false, a str for auto) --------------------------------
+@pytest.mark.parametrize("text, value", [("true", True), ("false", False), ("auto", "auto")])
+def test_validation_takes_true_false_and_auto(text, value):
+    assert load_config([f"train.models.compile={text}"]).train.models.compile == value
+
+
+def test_auto_is_the_default():
+    assert load_config([]).train.models.compile == "auto" == schema.setting("train.models.compile").default
+
+
+@pytest.mark.parametrize("text, shown", [("sometimes", "'sometimes'"), ("1", "1"), ("'true'", "'true'"),
+                                         ("[auto]", "['auto']")])
+def test_other_values_are_one_line_naming_what_is_allowed(text, shown):
+    with pytest.raises(ConfigError) as error:
+        load_config([f"train.models.compile={text}"])
+    assert str(error.value) == f"train.models.compile={shown}: must be true, false or auto"
+
+
+# ---- the runner: auto decides after the first eager iterations ---------------------------------------------------
+def runner_for(tmp_path, *overrides):
+    return Runner(load_config(["device=cpu", f"runs_dir={tmp_path}", *overrides]), disable_progressbar=True)
+
+
+def progress(iteration, seconds):
+    return Progress(iteration=iteration, timestep=0, sps=0.0, mean_return=None, mean_length=None, sfp_hit_rate=1.0,
+                    rollout_s=seconds / 4, update_s=3 * seconds / 4)
+
+
+def test_the_default_cartpole_run_decides_eager_after_two_iterations_and_says_why_once(tmp_path, capsys):
+    runner = runner_for(tmp_path, "max_iterations=3")
+    summary = runner.train()
+    lines = [line for line in capsys.readouterr().out.splitlines() if "train.models.compile" in line]
+    assert len(lines) == 1 and lines[0].startswith("[omni_sfp] iteration 2: train.models.compile=auto: eager, "
+                                                   "1 iterations x "), lines
+    second, cost = summary.history[1], MEASURED["cpu", runner.cfg.train.mixed_precision]
+    assert f"{second.rollout_s + second.update_s:.2f} s x {100 * cost.saving:.1f}% saved" in lines[0]
+    assert runner.auto_compile.decision.compile is False and runner.auto_compile.iteration == 2
+    assert not is_compiled(runner.models["policy"].trunk.trunk)
+    assert (runner.run_dir / "notes.txt").read_text() == lines[0] + "\n"
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_auto_compiles_every_network_when_the_run_pays_it_back(tmp_path, capsys, monkeypatch, separate):
+    monkeypatch.setitem(MEASURED, ("cpu", False), COST)
+    runner = runner_for(tmp_path, "max_iterations=302", f"train.models.separate={str(separate).lower()}")
+    tune = runner.learner.tune
+    tune(progress(1, 9.0))  # the first iteration is not measured
+    assert tune.decision is None
+    tune(progress(2, 1.0))  # 300 x 1 s x 10% = 30 s > 20 s
+    assert tune.decision.compile and "compiling, 300 iterations x 1.00 s x 10.0% saved = 30.0 s > 20.0 s" \
+        in capsys.readouterr().out
+    networks = [runner.models[role].net for role in ("policy", "value")] if separate \
+        else [runner.models["policy"].trunk.trunk]
+    assert all(is_compiled(network) for network in networks)
+    tune(progress(3, 1.0))  # decided once
+    assert capsys.readouterr().out == ""
+
+
+def test_a_run_shorter_than_the_eager_iterations_is_decided_at_its_end(tmp_path, capsys):
+    runner = runner_for(tmp_path, "max_iterations=1")
+    runner.learner.tune(progress(1, 1.0))
+    assert not runner.auto_compile.decision.compile and "eager, 0 iterations" in capsys.readouterr().out
+
+
+def test_true_compiles_before_training_and_false_never(tmp_path):
+    assert is_compiled(runner_for(tmp_path, "train.models.compile=true").models["policy"].trunk.trunk)
+    never = runner_for(tmp_path, "train.models.compile=false")
+    assert never.learner.tune is None and not is_compiled(never.models["policy"].trunk.trunk)
+
+
+def _has_cpp_compiler() -> bool:
+    return any(shutil.which(name) for name in (os.environ.get("CXX", "g++"), "g++", "clang++"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_cpp_compiler(), reason="inductor compiles C++ on CPU: no g++ or clang++ here")
+def test_a_run_compiled_by_auto_trains_on_with_every_trunk_call_a_cache_hit_and_resumes_eager(tmp_path, capsys,
+                                                                                              monkeypatch):
+    import torch._dynamo
+
+    monkeypatch.setitem(MEASURED, ("cpu", False), CompileCost(compile_s=0.0, saving=0.5, source="hand-made"))
+    small = ["num_envs=16", "train.models.units=[16,16]", "train.ppo.rollouts=4", "train.ppo.mini_batches=2",
+             "train.ppo.learning_epochs=2"]
+    runner = runner_for(tmp_path, *small, "max_iterations=4")
+    frames = torch._dynamo.utils.counters["frames"]["ok"]
+    summary = runner.train()
+    assert runner.auto_compile.decision.compile and runner.auto_compile.iteration == 2
+    assert "iteration 2: train.models.compile=auto: compiling, 2 iterations x" in capsys.readouterr().out
+    assert torch._dynamo.utils.counters["frames"]["ok"] > frames  # iterations 3 and 4 ran the compiled trunk
+    assert summary.iterations == 4 and summary.sfp_hit_rate == 1.0
+    assert all(p.sfp_hit_rate == 1.0 for p in summary.history)
+    # its checkpoint holds the eager names: an eager run resumes it
+    eager = runner_for(tmp_path, *small, "train.models.compile=false", "max_iterations=6",
+                       f"checkpoint={summary.checkpoint}")
+    eager.load_state_dict(eager._resume_state, source=summary.checkpoint)
+    trained = runner.models["policy"].state_dict()
+    assert all(torch.equal(value, trained[name]) for name, value in eager.models["policy"].state_dict().items())

@@ -32,7 +32,7 @@ def build():
     return env, agent
 
 
-def test_each_iteration_is_rollout_update_log_checkpoint_in_that_order_and_a_stop_ends_it_with_a_final_checkpoint():
+def test_each_iteration_is_rollout_update_log_checkpoint_tune_in_that_order_and_a_stop_ends_it_with_a_final_checkpoint():
     env, agent = build()
     events = []
     update = agent.update
@@ -45,9 +45,10 @@ def test_each_iteration_is_rollout_update_log_checkpoint_in_that_order_and_a_sto
         learner.stop.requested = progress.iteration == 2 or learner.stop.requested
 
     learner.checkpoint = stop_in_iteration_2
+    learner.tune = lambda progress: events.append(("tune", progress.iteration))
     learner.learn()
-    assert events == [("update", 4), ("log", 1, True), ("checkpoint", 1, False),
-                      ("update", 8), ("log", 2, True), ("checkpoint", 2, False),
+    assert events == [("update", 4), ("log", 1, True), ("checkpoint", 1, False), ("tune", 1),
+                      ("update", 8), ("log", 2, True), ("checkpoint", 2, False), ("tune", 2),
                       ("update", 12), ("log", 3, True), ("checkpoint", 3, True)]  # stop seen after iteration 2's
     assert learner.iteration == 3 and learner.timestep == 12
 

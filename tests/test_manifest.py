@@ -128,6 +128,7 @@ def test_every_override_reaches_its_config_key(tmp_path):
         "cache_check": "identity",
         "mixed_precision": True,
         "units": [32, 16],
+        "compile": False,
         "max_iterations": 3,
         "checkpoint": str(tmp_path / "a run" / "it's.pt"),
         "headless": False,

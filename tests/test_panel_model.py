@@ -118,6 +118,11 @@ def test_defaults_are_the_documented_ones():
         ("seed", "-1", -1),
         ("device", "cuda:1", "cuda:1"),
         ("cache_check", "identity", "identity"),
+        ("compile", "auto", "auto"),  # the manifest's string
+        ("compile", " AUTO ", "auto"),
+        ("compile", True, True),  # `--/exts/omni.sfp/compile=true`: carb holds a bool
+        ("compile", "false", False),
+        ("compile", 0, False),
         ("task", "gym:Ant-v5", "gym:Ant-v5"),
         ("checkpoint", "/runs/a b/it's.pt", "/runs/a b/it's.pt"),
     ],
@@ -138,6 +143,8 @@ def test_coerce_accepts_and_normalises(key, raw, value):
         ("sfp_enabled", "maybe", "sfp_enabled='maybe' is not allowed: expected true or false"),
         ("cache_check", "sometimes",
          "cache_check='sometimes' is not allowed: expected one of identity, content, auto, off"),
+        ("compile", "sometimes", "compile='sometimes' is not allowed: expected true, false or auto"),
+        ("compile", 2, "compile=2 is not allowed: expected true, false or auto"),
         ("units", [], "units=[] is not allowed: expected a non-empty list of integers >= 1"),
         ("units", [64, 0], "units=[64, 0] is not allowed: expected a non-empty list of integers >= 1"),
         ("device", "gpu", "device='gpu' is not allowed: expected auto, cpu, cuda or cuda:N"),
@@ -187,6 +194,7 @@ def test_default_overrides_follow_the_contract():
         "train.sfp.cache_check=auto",
         "train.mixed_precision=false",
         "train.models.units=[256,128,64]",
+        "train.models.compile=auto",
         "max_iterations=100",
         "checkpoint=''",
         "headless=true",
@@ -214,6 +222,15 @@ def test_changed_toggles_change_the_overrides():
     assert "num_envs=64" in overrides and "train.sfp.enabled=false" in overrides
     assert "train.models.units=[32,32]" in overrides and "checkpoint=runs/x/last.pt" in overrides
     assert not any(o.startswith("python_exe") for o in overrides)  # launcher-only
+
+
+@pytest.mark.parametrize("value", [True, False, "auto"])
+def test_the_compile_toggle_reaches_the_runner_as_true_false_or_auto(value):
+    from omni_sfp.config import load_config
+
+    model = PanelModel({"compile": value})
+    assert f"train.models.compile={str(value).lower()}" in model.to_overrides()
+    assert load_config(model.to_overrides()).train.models.compile == value
 
 
 def test_the_runner_config_loader_accepts_the_overrides(tmp_path):

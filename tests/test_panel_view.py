@@ -203,6 +203,8 @@ def test_the_panel_shows_the_model(view):
     cache_check = ui.after("Cache check").model
     assert cache_check.selected() == "auto" and cache_check.items == list(CACHE_CHECKS)
     assert ui.after("Mixed precision").model.value is False
+    compile_trunk = ui.after("Compile trunk").model
+    assert compile_trunk.selected() == "auto" and compile_trunk.items == ["auto", "true", "false"]
     assert ui.after("State").text == "idle" and ui.after("Steps / s").text == "-"
     assert ui.button("Stop").enabled is False and ui.button("Train").enabled is True
 
@@ -214,6 +216,10 @@ def test_edits_reach_the_model(view):
     ui.after("Mixed precision").model.set_value(True)
     ui.after("Checkpoint").model.user_types("  runs/x/last.pt ")
     ui.after("Cache check").model.get_item_value_model().set_value(CACHE_CHECKS.index("content"))
+    ui.after("Compile trunk").model.get_item_value_model().set_value(1)  # "true"
+    assert model.get("compile") is True
+    ui.after("Compile trunk").model.get_item_value_model().set_value(2)  # "false"
+    assert model.get("compile") is False
     ui.after("Task").model.get_item_value_model().set_value(registry.list_tasks().index("LQR60x8"))
     assert {k: model.get(k) for k in ("num_envs", "sfp_enabled", "mixed_precision", "checkpoint", "cache_check",
                                       "task")} == {"num_envs": 64, "sfp_enabled": False, "mixed_precision": True,
@@ -239,10 +245,12 @@ def test_model_changes_reach_the_widgets_without_echo(view):
     model.set("sfp_enabled", False)  # e.g. from the settings bridge
     model.set("cache_check", "off")
     model.set("num_envs", 2048)
+    model.set("compile", True)
+    assert ui.after("Compile trunk").model.selected() == "true"
     assert ui.after("Single forward pass").model.value is False
     assert ui.after("Cache check").model.selected() == "off"
     assert ui.after("Number of envs").model.value == 2048
-    assert heard == ["sfp_enabled", "cache_check", "num_envs"]  # each change once: the widgets did not echo it
+    assert heard == ["sfp_enabled", "cache_check", "num_envs", "compile"]  # each change once: the widgets did not echo it
 
 
 def test_train_runs_and_the_readout_follows(view):

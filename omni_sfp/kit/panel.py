@@ -16,6 +16,8 @@ from omni import ui
 from omni_sfp.panel_model import CACHE_CHECKS, PanelModel, RunError
 
 WINDOW_TITLE = "omni-sfp Training"
+COMPILE_CHOICES = ("auto", True, False)  # the compile toggle's values, as the combo box lists them
+COMPILE_LABELS = ("auto", "true", "false")
 LABEL_WIDTH = 130
 
 
@@ -75,6 +77,10 @@ class TrainingPanel:
                 self._fields["cache_check"] = combo.model
             with self._row("Mixed precision"):
                 self._fields["mixed_precision"] = self._check_box("mixed_precision", values["mixed_precision"])
+            with self._row("Compile trunk"):
+                combo = ui.ComboBox(COMPILE_CHOICES.index(values["compile"]), *COMPILE_LABELS)
+                combo.model.add_item_changed_fn(lambda m, _item: self._apply("compile", COMPILE_CHOICES[self._index(m)]))
+                self._fields["compile"] = combo.model
             with self._row("Max iterations"):
                 self._fields["max_iterations"] = self._int_field("max_iterations", values["max_iterations"])
             with self._row("Record video"):
@@ -175,6 +181,8 @@ class TrainingPanel:
                     field.get_item_value_model().set_value(self._task_names.index(value))
             elif key == "cache_check":
                 field.get_item_value_model().set_value(CACHE_CHECKS.index(value))
+            elif key == "compile":
+                field.get_item_value_model().set_value(COMPILE_CHOICES.index(value))
             else:
                 field.set_value(value)
         finally:

@@ -97,7 +97,7 @@ class SettingsBridge:
     def _write(self, key: str, value: Any) -> None:
         path = f"{ROOT}/{key}"
         kind = TOGGLE_BY_KEY[key].kind
-        if kind == "bool":
+        if kind == "bool" or (kind == "bool_auto" and isinstance(value, bool)):  # bool_auto: a bool or "auto"
             self._settings.set_bool(path, value)
         elif kind == "int":
             self._settings.set_int(path, value)

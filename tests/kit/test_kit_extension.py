@@ -92,11 +92,12 @@ def test_command_line_settings_change_the_runner_overrides(tmp_path):
         results["model"] = omni_sfp.kit.get_instance().model.to_overrides()
         """,
         args=("--/exts/omni.sfp/num_envs=64", "--/exts/omni.sfp/units=[32,32]", "--/exts/omni.sfp/sfp_enabled=false",
-              "--/exts/omni.sfp/cache_check=identity", "--/exts/omni.sfp/task=LQR60x8"),
+              "--/exts/omni.sfp/cache_check=identity", "--/exts/omni.sfp/task=LQR60x8",
+              "--/exts/omni.sfp/compile=true"),  # the manifest's "auto" string becomes a bool
     )
     assert run.results["published"] == run.results["model"]
     for override in ("num_envs=64", "train.models.units=[32,32]", "train.sfp.enabled=false",
-                     "train.sfp.cache_check=identity", "task=LQR60x8"):
+                     "train.sfp.cache_check=identity", "task=LQR60x8", "train.models.compile=true"):
         assert override in run.results["model"], override
 
 

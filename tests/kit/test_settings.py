@@ -48,7 +48,7 @@ def test_settings_present_reach_the_model_and_missing_ones_are_seeded_with_their
     model = PanelModel()
     bridge = module.SettingsBridge(model)
     assert model.get("num_envs") == 64 and model.get("units") == (32, 32) and model.get("mixed_precision") is True
-    kinds = {"bool": bool, "int": int, "str": str, "ints": list}
+    kinds = {"bool": bool, "bool_auto": str, "int": int, "str": str, "ints": list}  # bool_auto: "auto" by default
     for key, toggle in TOGGLE_BY_KEY.items():  # every toggle has a setting now, of its kind
         value = settings.get(f"{BASE}/{key}")
         assert type(value) is kinds[toggle.kind] and coerce(key, value) == model.get(key), key
@@ -99,6 +99,23 @@ def test_a_panel_edit_writes_its_setting_once_with_its_type(kit):
     # one write each, and the write's own event does not come back as a second change
     assert events == [("seed", "CHANGED"), ("units", "CHANGED"), ("headless", "CHANGED"), ("device", "CHANGED")]
     assert "seed=7" in settings.get(module.OVERRIDES)
+
+
+def test_the_compile_setting_is_a_bool_or_the_string_auto_in_both_directions(kit):
+    settings, _, module = kit
+    model = PanelModel()
+    bridge = module.SettingsBridge(model)
+    assert settings.get(f"{BASE}/compile") == "auto" and "train.models.compile=auto" in settings.get(module.OVERRIDES)
+    settings.set_bool(f"{BASE}/compile", True)  # `--/exts/omni.sfp/compile=true`
+    assert model.get("compile") is True and "train.models.compile=true" in settings.get(module.OVERRIDES)
+    model.set("compile", False)  # the panel's combo box
+    assert settings.get(f"{BASE}/compile") is False
+    model.set("compile", "auto")
+    assert settings.get(f"{BASE}/compile") == "auto" and "train.models.compile=auto" in settings.get(module.OVERRIDES)
+    settings.set_string(f"{BASE}/compile", "sometimes")
+    assert model.get("compile") == "auto" and bridge.errors == [
+        "[omni.sfp] setting /exts/omni.sfp/compile ignored: compile='sometimes' is not allowed: expected true, false "
+        "or auto"]
 
 
 def test_destroy_ends_both_directions_and_removes_the_published_overrides(kit):
