@@ -11,6 +11,8 @@ decision's reason, and compiles with :func:`compile_trunk`.
 
 from __future__ import annotations
 
+import os
+import shutil
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +42,12 @@ class CompileDecision:
     reason: str  # one line, printed by the runner
 
 
+def cpp_compiler() -> str | None:
+    """The C++ compiler inductor would use on CPU (``$CXX``, else g++ or clang++ on the PATH), or None."""
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "clang++"]
+    return next((path for path in map(shutil.which, candidates) if path), None)
+
+
 def decide_compile(setting: bool | str, *, iterations_left: int, iteration_s: float, device_type: str,
                    mixed_precision: bool, cost: CompileCost | None = None) -> CompileDecision:
     """``setting`` is ``train.models.compile``: ``True`` / ``False`` decide by themselves; ``"auto"`` compiles
@@ -55,6 +63,9 @@ def decide_compile(setting: bool | str, *, iterations_left: int, iteration_s: fl
     if iterations_left < 0 or not iteration_s >= 0:
         raise ValueError(f"iterations_left={iterations_left} and iteration_s={iteration_s} must not be negative")
     precision = "mixed precision" if mixed_precision else "fp32"
+    if device_type == "cpu" and cpp_compiler() is None:
+        return CompileDecision(False, "train.models.compile=auto: eager, no C++ compiler found (inductor needs one on "
+                                      "CPU: set CXX or install g++)")
     cost = cost or MEASURED.get((device_type, bool(mixed_precision)))
     if cost is None:
         return CompileDecision(False, f"train.models.compile=auto: eager, no measured compile cost for {device_type} "

@@ -167,3 +167,18 @@ def test_a_run_compiled_by_auto_trains_on_with_every_trunk_call_a_cache_hit_and_
     eager.load_state_dict(eager._resume_state, source=summary.checkpoint)
     trained = runner.models["policy"].state_dict()
     assert all(torch.equal(value, trained[name]) for name, value in eager.models["policy"].state_dict().items())
+
+
+def test_auto_stays_eager_on_cpu_without_a_cpp_compiler(monkeypatch):
+    """Inductor needs a C++ compiler on CPU: auto must not pick a compile that would fail mid-run."""
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    decision = decide_compile("auto", iterations_left=10**6, iteration_s=9.0, device_type="cpu", mixed_precision=True,
+                              cost=COST)
+    assert not decision.compile and "no C++ compiler" in decision.reason
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert not decide_compile("auto", iterations_left=10**6, iteration_s=9.0, device_type="cpu",
+                              mixed_precision=True, cost=COST).compile
+    cuda = decide_compile("auto", iterations_left=10**6, iteration_s=9.0, device_type="cuda", mixed_precision=True,
+                          cost=COST)
+    assert cuda.compile  # on CUDA inductor writes Triton kernels: no host compiler question
