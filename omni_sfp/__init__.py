@@ -35,8 +35,9 @@ class _CheckoutTasks:
     def find_spec(cls, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != "omni_sfp.tasks":
             return None
-        return importlib.util.spec_from_file_location(fullname, cls.folder / "__init__.py",
-                                                      submodule_search_locations=[str(cls.folder)])
+        return importlib.util.spec_from_file_location(
+            fullname, cls.folder / "__init__.py", submodule_search_locations=[str(cls.folder)]
+        )
 
 
 if (

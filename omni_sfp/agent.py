@@ -50,9 +50,13 @@ from omni_sfp.schema import CHECK_FINITE
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS
 
 # TensorBoard tags of the update's results (skrl's own tags, so the scalars read as skrl's would)
-_TAGS = (("Loss / Policy loss", "policy_loss"), ("Loss / Value loss", "value_loss"),
-         ("Loss / Entropy loss", "entropy_loss"), ("Policy / Standard deviation", "std"),
-         ("Learning / Learning rate", "learning_rate"))
+_TAGS = (
+    ("Loss / Policy loss", "policy_loss"),
+    ("Loss / Value loss", "value_loss"),
+    ("Loss / Entropy loss", "entropy_loss"),
+    ("Policy / Standard deviation", "std"),
+    ("Learning / Learning rate", "learning_rate"),
+)
 
 
 class NonFiniteError(FloatingPointError):
@@ -191,7 +195,8 @@ def final_observations(infos: Any, next_observations: torch.Tensor, observation_
             return next_observations
         rows = list(np.asarray(infos["final_obs"], dtype=object)[mask])
         batch = gymnasium.vector.utils.concatenate(
-            observation_space, rows, gymnasium.vector.utils.create_empty_array(observation_space, len(rows)))
+            observation_space, rows, gymnasium.vector.utils.create_empty_array(observation_space, len(rows))
+        )
         values = flatten_tensorized_space(tensorize_space(observation_space, batch, device=next_observations.device))
         final = next_observations.clone()
         final[torch.as_tensor(mask, device=final.device)] = values.reshape(len(rows), -1).to(final.dtype)
@@ -227,8 +232,14 @@ class SFPPPO(PPO):
     :param bounds_loss_scale: weight of rl_games' bound loss on the policy mean (0: none, as skrl's PPO).
     """
 
-    def __init__(self, *args, check_finite: str | bool = "raise", fused_optimizer: bool = False,
-                 bounds_loss_scale: float = 0.0, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        check_finite: str | bool = "raise",
+        fused_optimizer: bool = False,
+        bounds_loss_scale: float = 0.0,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.bounds_loss_scale = float(bounds_loss_scale)
         self._soft_bounds = soft_action_bounds(self.action_space, self.device) if self.bounds_loss_scale else None
@@ -316,8 +327,11 @@ class SFPPPO(PPO):
             "modules": modules,
             "scaler": self.scaler.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-            "counters": {"rollout": self._rollout, "shareable_calls": self.shareable_calls,
-                         "skipped_updates": self.skipped_updates},
+            "counters": {
+                "rollout": self._rollout,
+                "shareable_calls": self.shareable_calls,
+                "skipped_updates": self.skipped_updates,
+            },
             "sfp_stats": [[c.stats.hits, c.stats.misses, c.stats.bypasses] for c in self._caches],
         }
 
@@ -392,8 +406,9 @@ class SFPPPO(PPO):
         )
         self._rollout += 1  # steps recorded so far (skrl counts them in post_interaction, which our loop skips)
 
-    def _bootstrap_values(self, next_states: torch.Tensor | None, truncated: torch.Tensor,
-                          infos: Any) -> torch.Tensor | None:
+    def _bootstrap_values(
+        self, next_states: torch.Tensor | None, truncated: torch.Tensor, infos: Any
+    ) -> torch.Tensor | None:
         """The value a truncated episode continues with, or None where no env truncated (known without a sync).
 
         A truncated episode's return continues from its *final* state. Every env here auto-resets, so the next
@@ -413,8 +428,10 @@ class SFPPPO(PPO):
         if reusable and (self._rollout + 1) % self.cfg.rollouts:  # the next step reuses it, unless an update comes
             self.shareable_calls += 1
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            inputs = {"observations": self._observation_preprocessor(final),
-                      "states": self._state_preprocessor(next_states)}
+            inputs = {
+                "observations": self._observation_preprocessor(final),
+                "states": self._state_preprocessor(next_states),
+            }
             values, _ = self.value.act(inputs, role="value")
         if not reusable:  # the next step sees other observations: drop the entry, so that step decides its miss
             for module in sfp_modules(self.value):  # without comparing tensors (a host sync on CUDA)
@@ -446,8 +463,10 @@ class SFPPPO(PPO):
             problem = None
             if not all(map(math.isfinite, losses.values())):
                 shown = ", ".join(f"{name} {value:.4g}" for name, value in losses.items() if name.endswith("_loss"))
-                problem = (f"non-finite loss in the update after env step {timestep} (iteration "
-                           f"{self._iteration(timestep)}){self._on_rank()}: {shown}")
+                problem = (
+                    f"non-finite loss in the update after env step {timestep} (iteration "
+                    f"{self._iteration(timestep)}){self._on_rank()}: {shown}"
+                )
             problem = distributed.first_report(problem, self.device)  # every rank decides the same
             if problem is not None:
                 if self.check_finite == "raise":
@@ -494,7 +513,8 @@ class SFPPPO(PPO):
         returns, advantages = compute_gae(
             rewards=memory.get_tensor_by_name("rewards"),
             dones=memory.get_tensor_by_name("terminated") | memory.get_tensor_by_name("truncated")
-            if cfg.time_limit_bootstrap else memory.get_tensor_by_name("terminated"),
+            if cfg.time_limit_bootstrap
+            else memory.get_tensor_by_name("terminated"),
             values=values,
             last_values=last_values,
             discount_factor=cfg.discount_factor,
@@ -507,8 +527,9 @@ class SFPPPO(PPO):
         observations = memory.get_tensor_by_name("observations").flatten(0, 1)
         states = memory.get_tensor_by_name("states").flatten(0, 1) if "states" in memory.tensors else None
         actions = memory.get_tensor_by_name("actions").flatten(0, 1)
-        scalars = torch.stack([memory.get_tensor_by_name("log_prob").flatten(), values.flatten(),
-                               returns.flatten(), advantages.flatten()])
+        scalars = torch.stack(
+            [memory.get_tensor_by_name("log_prob").flatten(), values.flatten(), returns.flatten(), advantages.flatten()]
+        )
         samples = scalars.shape[1]
         sizes = _split_sizes(samples, cfg.mini_batches)
         normalised: tuple[torch.Tensor, torch.Tensor | None] | None = None
@@ -533,17 +554,21 @@ class SFPPPO(PPO):
                 batch = slice(start, start + size)
                 start += size
                 old_log_prob, old_values, batch_returns, batch_advantages = (
-                    row[batch].unsqueeze(-1) for row in epoch_scalars)
+                    row[batch].unsqueeze(-1) for row in epoch_scalars
+                )
                 with autocast():
                     if epoch == 0:
                         inputs = {
                             "observations": self._observation_preprocessor(epoch_observations[batch], train=True),
                             "states": self._state_preprocessor(
-                                epoch_states[batch] if epoch_states is not None else None, train=True),
+                                epoch_states[batch] if epoch_states is not None else None, train=True
+                            ),
                         }
                     else:
-                        inputs = {"observations": epoch_observations[batch],
-                                  "states": epoch_states[batch] if epoch_states is not None else None}
+                        inputs = {
+                            "observations": epoch_observations[batch],
+                            "states": epoch_states[batch] if epoch_states is not None else None,
+                        }
                     _, outputs = self.policy.act({**inputs, "taken_actions": epoch_actions[batch]}, role="policy")
                     log_prob = outputs["log_prob"]
                     with torch.no_grad():  # approximate KL divergence
@@ -564,12 +589,14 @@ class SFPPPO(PPO):
                     predicted_values, _ = self.value.act(inputs, role="value")
                     self.shareable_calls += 1  # counted as it happens: an early stop above makes none
                     if cfg.value_clip > 0:
-                        predicted_values = old_values + torch.clip(predicted_values - old_values,
-                                                                   min=-cfg.value_clip, max=cfg.value_clip)
+                        predicted_values = old_values + torch.clip(
+                            predicted_values - old_values, min=-cfg.value_clip, max=cfg.value_clip
+                        )
                     value_loss = cfg.value_loss_scale * F.mse_loss(batch_returns, predicted_values)
                     if self._soft_bounds is not None:
-                        policy_loss = policy_loss + self.bounds_loss_scale * bounds_loss(outputs["mean_actions"],
-                                                                                         *self._soft_bounds)
+                        policy_loss = policy_loss + self.bounds_loss_scale * bounds_loss(
+                            outputs["mean_actions"], *self._soft_bounds
+                        )
 
                 self.optimizer.zero_grad()
                 self.scaler.scale(policy_loss + entropy_loss + value_loss).backward()
@@ -579,7 +606,9 @@ class SFPPPO(PPO):
                         self.value.reduce_parameters()
                 self._clip_and_step()
                 self.clear_caches()
-                entropy = entropy_loss.detach() if torch.is_tensor(entropy_loss) else torch.zeros((), device=self.device)
+                entropy = (
+                    entropy_loss.detach() if torch.is_tensor(entropy_loss) else torch.zeros((), device=self.device)
+                )
                 totals += torch.stack([policy_loss.detach(), value_loss.detach(), entropy]).double()
                 kl_sum += kl
                 steps += 1
@@ -598,7 +627,8 @@ class SFPPPO(PPO):
         self.clear_caches()
         std = self.policy.distribution(role="policy").stddev.mean()
         policy_loss, value_loss, entropy_loss, kl, std = torch.cat(
-            [totals / max(steps, 1), (kl_sum / max(steps, 1)).double().reshape(1), std.double().reshape(1)]).tolist()
+            [totals / max(steps, 1), (kl_sum / max(steps, 1)).double().reshape(1), std.double().reshape(1)]
+        ).tolist()
         losses = {"policy_loss": policy_loss, "value_loss": value_loss}
         if cfg.entropy_loss_scale:
             losses["entropy_loss"] = entropy_loss
@@ -643,9 +673,11 @@ class SFPPPO(PPO):
 
     def _describe(self, step: int, env: int, name: str) -> str:
         rollouts = self.cfg.rollouts
-        return (f"non-finite {name} at env step {step} (iteration {self._iteration(step)}, step "
-                f"{step % rollouts + 1} of {rollouts} in the rollout), env index {env}{self._on_rank()}: "
-                "check the task's dynamics and reward, or lower the learning rate")
+        return (
+            f"non-finite {name} at env step {step} (iteration {self._iteration(step)}, step "
+            f"{step % rollouts + 1} of {rollouts} in the rollout), env index {env}{self._on_rank()}: "
+            "check the task's dynamics and reward, or lower the learning rate"
+        )
 
     @staticmethod
     def _on_rank() -> str:
@@ -669,8 +701,11 @@ class SFPPPO(PPO):
             if module is not None and id(module) not in seen:  # a shared policy/value model is copied once
                 seen.add(id(module))
                 modules[name] = copy.deepcopy(module.state_dict())
-        return {"modules": modules, "scaler": copy.deepcopy(self.scaler.state_dict()),
-                "scheduler": copy.deepcopy(self.scheduler.state_dict()) if self.scheduler else None}
+        return {
+            "modules": modules,
+            "scaler": copy.deepcopy(self.scaler.state_dict()),
+            "scheduler": copy.deepcopy(self.scheduler.state_dict()) if self.scheduler else None,
+        }
 
     def _restore(self, snapshot: dict[str, Any]) -> None:
         for name, state in snapshot["modules"].items():

@@ -318,7 +318,12 @@ class SingleForwardPass(nn.Module):
         stack = [self.trunk]
         while stack:
             module = stack.pop()
-            if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks:
+            if (
+                module._forward_hooks
+                or module._forward_pre_hooks
+                or module._backward_hooks
+                or module._backward_pre_hooks
+            ):
                 return None
             objects.append(module)
             state.append(module.training)
@@ -422,7 +427,7 @@ def _graph_freed(node, limit: int = 64) -> bool:
         for name in dir(node):
             if name.startswith("_raw_saved_"):  # a saved tensor (scalars saved as _saved_* are never freed)
                 try:
-                    getattr(node, "_saved_" + name[len("_raw_saved_"):])
+                    getattr(node, "_saved_" + name[len("_raw_saved_") :])
                 except RuntimeError:
                     return True
                 return False  # a saved tensor is still readable: the graph is retained

@@ -83,7 +83,10 @@ def eager_optimizer_step(optimizer) -> bool:
     method = _undecorated_step(optimizer)
     if method is None:
         return False
-    global_pre, global_post = optimizer_module._global_optimizer_pre_hooks, optimizer_module._global_optimizer_post_hooks
+    global_pre, global_post = (
+        optimizer_module._global_optimizer_pre_hooks,
+        optimizer_module._global_optimizer_post_hooks,
+    )
 
     def step(self, *args, **kwargs):  # torch.optim.Optimizer.profile_hook_step, less the profiler range
         args = (self, *args)

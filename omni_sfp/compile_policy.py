@@ -48,8 +48,15 @@ def cpp_compiler() -> str | None:
     return next((path for path in map(shutil.which, candidates) if path), None)
 
 
-def decide_compile(setting: bool | str, *, iterations_left: int, iteration_s: float, device_type: str,
-                   mixed_precision: bool, cost: CompileCost | None = None) -> CompileDecision:
+def decide_compile(
+    setting: bool | str,
+    *,
+    iterations_left: int,
+    iteration_s: float,
+    device_type: str,
+    mixed_precision: bool,
+    cost: CompileCost | None = None,
+) -> CompileDecision:
     """``setting`` is ``train.models.compile``: ``True`` / ``False`` decide by themselves; ``"auto"`` compiles
     when ``iterations_left x iteration_s x saving`` exceeds the compile cost (``cost``, or the measured one
     for this device and precision).
@@ -64,19 +71,28 @@ def decide_compile(setting: bool | str, *, iterations_left: int, iteration_s: fl
         raise ValueError(f"iterations_left={iterations_left} and iteration_s={iteration_s} must not be negative")
     precision = "mixed precision" if mixed_precision else "fp32"
     if device_type == "cpu" and cpp_compiler() is None:
-        return CompileDecision(False, "train.models.compile=auto: eager, no C++ compiler found (inductor needs one on "
-                                      "CPU: set CXX or install g++)")
+        return CompileDecision(
+            False,
+            "train.models.compile=auto: eager, no C++ compiler found (inductor needs one on "
+            "CPU: set CXX or install g++)",
+        )
     cost = cost or MEASURED.get((device_type, bool(mixed_precision)))
     if cost is None:
-        return CompileDecision(False, f"train.models.compile=auto: eager, no measured compile cost for {device_type} "
-                                      f"{precision} (set true to compile anyway)")
+        return CompileDecision(
+            False,
+            f"train.models.compile=auto: eager, no measured compile cost for {device_type} "
+            f"{precision} (set true to compile anyway)",
+        )
     saved = iterations_left * iteration_s * cost.saving
     compile = saved > cost.compile_s
     relation = ">" if compile else "<="
-    return CompileDecision(compile, f"train.models.compile=auto: {'compiling' if compile else 'eager'}, "
-                                    f"{iterations_left} iterations x {iteration_s:.2f} s x {100 * cost.saving:.1f}% "
-                                    f"saved = {saved:.1f} s {relation} {cost.compile_s:.1f} s to compile "
-                                    f"({device_type} {precision}; {cost.source})")
+    return CompileDecision(
+        compile,
+        f"train.models.compile=auto: {'compiling' if compile else 'eager'}, "
+        f"{iterations_left} iterations x {iteration_s:.2f} s x {100 * cost.saving:.1f}% "
+        f"saved = {saved:.1f} s {relation} {cost.compile_s:.1f} s to compile "
+        f"({device_type} {precision}; {cost.source})",
+    )
 
 
 def compile_trunk(model: Any) -> None:
@@ -123,8 +139,16 @@ class AutoCompile:
     :param report: where the one-line reason goes (rank 0's console); None: nowhere.
     """
 
-    def __init__(self, models: dict[str, Any], *, iterations: int, device_type: str, mixed_precision: bool,
-                 agree: Callable[[bool], bool] = bool, report: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        models: dict[str, Any],
+        *,
+        iterations: int,
+        device_type: str,
+        mixed_precision: bool,
+        agree: Callable[[bool], bool] = bool,
+        report: Callable[[str], None] | None = None,
+    ) -> None:
         self.models = list(dict.fromkeys(models.values()))
         self.iterations, self.device_type, self.mixed_precision = iterations, device_type, mixed_precision
         self.agree, self.report = agree, report
@@ -138,12 +162,17 @@ class AutoCompile:
         self.seen += 1
         if self.seen < EAGER_ITERATIONS and progress.iteration < self.iterations:
             return
-        decision = decide_compile("auto", iterations_left=self.iterations - progress.iteration,
-                                  iteration_s=progress.rollout_s + progress.update_s, device_type=self.device_type,
-                                  mixed_precision=self.mixed_precision)
+        decision = decide_compile(
+            "auto",
+            iterations_left=self.iterations - progress.iteration,
+            iteration_s=progress.rollout_s + progress.update_s,
+            device_type=self.device_type,
+            mixed_precision=self.mixed_precision,
+        )
         if self.agree(decision.compile) != decision.compile:  # another process decided to compile
-            decision = CompileDecision(True, decision.reason.replace(": eager,", ": compiling (as another process "
-                                                                               "decided),", 1))
+            decision = CompileDecision(
+                True, decision.reason.replace(": eager,", ": compiling (as another process decided),", 1)
+            )
         self.decision, self.iteration = decision, progress.iteration
         if self.report is not None:
             self.report(f"[omni_sfp] iteration {progress.iteration}: {decision.reason}")

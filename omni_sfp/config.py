@@ -72,8 +72,10 @@ def _refuse_new_keys(overrides: list[str]) -> None:
     for override in overrides:
         key = override.partition("=")[0]
         if key.startswith("+") and not key.lstrip("+").startswith("task.env."):
-            raise ConfigError(f"{override}: {key.lstrip('+')!r} is not a configuration key (see cfg/config.yaml and "
-                              "cfg/train/<Task>PPO.yaml for the keys; only +task.env.<argument>= may add one)")
+            raise ConfigError(
+                f"{override}: {key.lstrip('+')!r} is not a configuration key (see cfg/config.yaml and "
+                "cfg/train/<Task>PPO.yaml for the keys; only +task.env.<argument>= may add one)"
+            )
 
 
 def _one_line(error: Exception) -> str:
@@ -121,12 +123,15 @@ def validate(cfg: DictConfig) -> None:
     except ValueError as error:
         raise ConfigError(str(error)) from None
     if _get(cfg, "task_name") != cfg.task.name:
-        raise ConfigError(f"task_name={_get(cfg, 'task_name')!r}: read-only (it is task.name); choose the task with "
-                          "task=<name>")
+        raise ConfigError(
+            f"task_name={_get(cfg, 'task_name')!r}: read-only (it is task.name); choose the task with task=<name>"
+        )
     check_finite = _get(cfg, "train.check_finite")
     if isinstance(check_finite, bool):
-        raise ConfigError(f"train.check_finite={check_finite!r}: must be one of {', '.join(schema.CHECK_FINITE)} "
-                          "(true/false of older configs: raise/off)")
+        raise ConfigError(
+            f"train.check_finite={check_finite!r}: must be one of {', '.join(schema.CHECK_FINITE)} "
+            "(true/false of older configs: raise/off)"
+        )
     for setting in schema.SETTINGS:
         if setting.key != "task":  # a Hydra group, checked by the registry above
             _check(cfg, setting.key)
@@ -145,12 +150,15 @@ def validate(cfg: DictConfig) -> None:
 
     ppo = cfg.train.ppo
     if ppo.learning_rate_schedule == "kl_adaptive" and ppo.desired_kl <= 0:
-        raise ConfigError(f"train.ppo.desired_kl={ppo.desired_kl!r}: must be > 0 with "
-                          "learning_rate_schedule=kl_adaptive")
+        raise ConfigError(
+            f"train.ppo.desired_kl={ppo.desired_kl!r}: must be > 0 with learning_rate_schedule=kl_adaptive"
+        )
     if ppo.kl_threshold and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError(f"train.ppo.kl_threshold={ppo.kl_threshold!r}: must be 0 in a multi-process run (each rank "
-                          "would stop its epoch on its own KL, and the ranks' gradient all-reduces would no longer "
-                          "pair up)")
+        raise ConfigError(
+            f"train.ppo.kl_threshold={ppo.kl_threshold!r}: must be 0 in a multi-process run (each rank "
+            "would stop its epoch on its own KL, and the ranks' gradient all-reduces would no longer "
+            "pair up)"
+        )
     samples = num_envs(cfg) * ppo.rollouts
     if samples % ppo.mini_batches:
         raise ConfigError(
@@ -193,13 +201,17 @@ def _check_device_exists(device: str) -> None:
     if not torch.cuda.is_available():
         raise ConfigError(f"device={device!r}: CUDA is not available on this machine (use device=cpu or auto)")
     if index is not None and index >= torch.cuda.device_count():
-        raise ConfigError(f"device={device!r}: this machine has {torch.cuda.device_count()} GPU(s) (cuda:0 to "
-                          f"cuda:{torch.cuda.device_count() - 1})")
+        raise ConfigError(
+            f"device={device!r}: this machine has {torch.cuda.device_count()} GPU(s) (cuda:0 to "
+            f"cuda:{torch.cuda.device_count() - 1})"
+        )
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if index is None and int(os.environ.get("WORLD_SIZE", "1")) > 1 and local_rank >= torch.cuda.device_count():
-        raise ConfigError(f"device=cuda: this is process LOCAL_RANK={local_rank} and the machine has "
-                          f"{torch.cuda.device_count()} GPU(s); start at most that many processes per node "
-                          "(torchrun --nproc_per_node) or pass device=cpu")
+        raise ConfigError(
+            f"device=cuda: this is process LOCAL_RANK={local_rank} and the machine has "
+            f"{torch.cuda.device_count()} GPU(s); start at most that many processes per node "
+            "(torchrun --nproc_per_node) or pass device=cpu"
+        )
 
 
 def _validate_task_env(cfg: DictConfig) -> None:
@@ -220,8 +232,9 @@ def _validate_task_env(cfg: DictConfig) -> None:
     values = {key: value for key, value in env.items() if key != "num_envs"}
     for key, value in values.items():
         if key not in parameters:
-            raise ConfigError(f"task.env.{key}={value!r}: {cfg.task.name} takes no such argument; it takes "
-                              f"{', '.join(parameters)}")
+            raise ConfigError(
+                f"task.env.{key}={value!r}: {cfg.task.name} takes no such argument; it takes {', '.join(parameters)}"
+            )
         default = parameters[key].default
         if isinstance(default, bool):
             kinds: tuple[type, ...] = (bool,)

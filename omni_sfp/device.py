@@ -21,9 +21,11 @@ def resolve_device(name: str | torch.device) -> torch.device:
     if kind == "cuda" and index is None and distributed.world_size() > 1:
         index = distributed.local_rank()
         if index >= torch.cuda.device_count():
-            raise RuntimeError(f"device=cuda: this is process LOCAL_RANK={index} and the machine has "
-                               f"{torch.cuda.device_count()} GPU(s); start at most that many processes per node "
-                               "(torchrun --nproc_per_node) or pass device=cpu")
+            raise RuntimeError(
+                f"device=cuda: this is process LOCAL_RANK={index} and the machine has "
+                f"{torch.cuda.device_count()} GPU(s); start at most that many processes per node "
+                "(torchrun --nproc_per_node) or pass device=cpu"
+            )
     return torch.device(kind if index is None else f"{kind}:{index}")
 
 

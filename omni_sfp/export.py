@@ -49,8 +49,16 @@ class DeployedPolicy(nn.Module):
     :param high: Per-component upper action bound (``inf``: none).
     """
 
-    def __init__(self, network: nn.Module, mean: torch.Tensor | None, variance: torch.Tensor | None,
-                 epsilon: float, clip_threshold: float, low: torch.Tensor, high: torch.Tensor) -> None:
+    def __init__(
+        self,
+        network: nn.Module,
+        mean: torch.Tensor | None,
+        variance: torch.Tensor | None,
+        epsilon: float,
+        clip_threshold: float,
+        low: torch.Tensor,
+        high: torch.Tensor,
+    ) -> None:
         super().__init__()
         self.network = network
         self.normalize = mean is not None
@@ -69,8 +77,9 @@ class DeployedPolicy(nn.Module):
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         x = observations
         if self.normalize:
-            x = torch.clamp((x - self.obs_mean) / (self.obs_std + self.epsilon), min=-self.clip_threshold,
-                            max=self.clip_threshold)
+            x = torch.clamp(
+                (x - self.obs_mean) / (self.obs_std + self.epsilon), min=-self.clip_threshold, max=self.clip_threshold
+            )
         actions = self.network(x)
         if self.clip_low:
             actions = torch.maximum(actions, self.action_low)
@@ -90,8 +99,10 @@ def check_config(cfg) -> None:
     if not isinstance(cfg.export, bool):
         raise ExportError(f"export={cfg.export!r}: expected true or false")
     if cfg.export and importlib.util.find_spec("onnx") is None:
-        raise ExportError("export=true writes policy.onnx with the onnx package, which is not installed: "
-                          "pip install 'omni-sfp[export]'")
+        raise ExportError(
+            "export=true writes policy.onnx with the onnx package, which is not installed: "
+            "pip install 'omni-sfp[export]'"
+        )
 
 
 @dataclass(frozen=True)
@@ -123,8 +134,9 @@ def policy_network(policy: nn.Module) -> nn.Module:
         return nn.Sequential(plain(policy.trunk.trunk), policy.policy_head)
     if isinstance(policy, GaussianActor):
         return plain(policy.net)
-    raise ExportError(f"cannot export a {type(policy).__name__}: export knows SharedActorCritic and GaussianActor "
-                      "(omni_sfp.models)")
+    raise ExportError(
+        f"cannot export a {type(policy).__name__}: export knows SharedActorCritic and GaussianActor (omni_sfp.models)"
+    )
 
 
 def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | None, action_space) -> DeployedPolicy:
@@ -146,8 +158,10 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
     epsilon, clip_threshold = 0.0, float("inf")
     if isinstance(observation_preprocessor, nn.Module):
         if not hasattr(observation_preprocessor, "running_mean"):
-            raise ExportError(f"cannot fold a {type(observation_preprocessor).__name__} observation preprocessor "
-                              "into the exported policy (only skrl's RunningStandardScaler)")
+            raise ExportError(
+                f"cannot fold a {type(observation_preprocessor).__name__} observation preprocessor "
+                "into the exported policy (only skrl's RunningStandardScaler)"
+            )
         mean = observation_preprocessor.running_mean.detach().cpu()
         variance = observation_preprocessor.running_variance.detach().cpu()
         epsilon, clip_threshold = observation_preprocessor.epsilon, observation_preprocessor.clip_threshold
@@ -156,8 +170,14 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
     return DeployedPolicy(network, mean, variance, epsilon, clip_threshold, low, high).eval()
 
 
-def export_policy(policy: nn.Module, observation_preprocessor: nn.Module | None, action_space, folder: str | Path,
-                  *, observation_size: int | None = None) -> ExportedPolicy:
+def export_policy(
+    policy: nn.Module,
+    observation_preprocessor: nn.Module | None,
+    action_space,
+    folder: str | Path,
+    *,
+    observation_size: int | None = None,
+) -> ExportedPolicy:
     """Write ``folder/policy.pt`` (TorchScript) and ``folder/policy.onnx`` (input ``observations`` of shape
     ``(batch, obs)``, output ``actions`` of shape ``(batch, act)``, any batch size).
 
@@ -167,14 +187,18 @@ def export_policy(policy: nn.Module, observation_preprocessor: nn.Module | None,
     import importlib.util
 
     if importlib.util.find_spec("onnx") is None:
-        raise ExportError("export=true writes policy.onnx with the onnx package, which is not installed: "
-                          "pip install 'omni-sfp[export]'")
+        raise ExportError(
+            "export=true writes policy.onnx with the onnx package, which is not installed: "
+            "pip install 'omni-sfp[export]'"
+        )
     module = deployed_policy(policy, observation_preprocessor, action_space)
     size = int(observation_size if observation_size is not None else policy.num_observations)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript; deployers still load it
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # torch 2.13 deprecates TorchScript; deployers still load it
         scripted = torch.jit.script(module)
     torchscript = _atomic(folder / "policy.pt", lambda tmp: scripted.save(str(tmp)))
     example = torch.zeros(2, size)
@@ -182,9 +206,16 @@ def export_policy(policy: nn.Module, observation_preprocessor: nn.Module | None,
     def write_onnx(tmp: Path) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript-based exporter's deprecation notice
-            torch.onnx.export(module, (example,), str(tmp), dynamo=False, opset_version=ONNX_OPSET,
-                              input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                              dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
+            torch.onnx.export(
+                module,
+                (example,),
+                str(tmp),
+                dynamo=False,
+                opset_version=ONNX_OPSET,
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            )
 
     onnx = _atomic(folder / "policy.onnx", write_onnx)
     return ExportedPolicy(torchscript, onnx)

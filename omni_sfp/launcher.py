@@ -122,5 +122,3 @@ def last_line(path: Path) -> str:
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-

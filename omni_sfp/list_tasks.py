@@ -59,8 +59,16 @@ def embedded_rows() -> list[TaskRow]:
             env = OmegaConf.to_container(OmegaConf.load(task_file).get("env", {}), resolve=True)
             kwargs.update({k: v for k, v in env.items() if k != "num_envs"})
         task = task_class(1, "cpu", 0, **kwargs)
-        rows.append(TaskRow(name, "embedded", task.observation_size, task.action_size,
-                            f"cfg/task/{name}.yaml + cfg/train/{name}PPO.yaml", spec.description))
+        rows.append(
+            TaskRow(
+                name,
+                "embedded",
+                task.observation_size,
+                task.action_size,
+                f"cfg/task/{name}.yaml + cfg/train/{name}PPO.yaml",
+                spec.description,
+            )
+        )
         task.close()
     return rows
 
@@ -77,9 +85,16 @@ def oige_rows(package: Path | None = None) -> list[TaskRow]:
     for task in oige.task_names(package):
         name = task if task not in taken else f"{oige.PREFIX}{task}"
         observations, actions = _oige_sizes(package, *classes.get(task, (None, None)))
-        rows.append(TaskRow(name, "oige", observations, actions,
-                            f"{package}/cfg/task/{task}.yaml + cfg/train/{task}PPO.yaml",
-                            f"OmniIsaacGymEnvs {task} (Isaac Sim, PhysX)"))
+        rows.append(
+            TaskRow(
+                name,
+                "oige",
+                observations,
+                actions,
+                f"{package}/cfg/task/{task}.yaml + cfg/train/{task}PPO.yaml",
+                f"OmniIsaacGymEnvs {task} (Isaac Sim, PhysX)",
+            )
+        )
     return rows
 
 
@@ -95,14 +110,22 @@ def _oige_task_classes(package: Path) -> dict[str, tuple[str, str]]:
     if not source.is_file():
         return {}
     tree = ast.parse(source.read_text())
-    modules = {alias.asname or alias.name: node.module for node in ast.walk(tree)
-               if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    modules = {
+        alias.asname or alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
     mapping = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values):
-                if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Name) \
-                        and value.id in modules:
+                if (
+                    isinstance(key, ast.Constant)
+                    and isinstance(key.value, str)
+                    and isinstance(value, ast.Name)
+                    and value.id in modules
+                ):
                     mapping[key.value] = (modules[value.id], value.id)
     return mapping
 
@@ -121,8 +144,12 @@ def _oige_sizes(package: Path, module: str | None, class_name: str | None) -> tu
         for assign in ast.walk(node):
             if isinstance(assign, ast.Assign):
                 for target in assign.targets:
-                    if isinstance(target, ast.Attribute) and target.attr in found and \
-                            isinstance(target.value, ast.Name) and target.value.id == "self":
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and target.attr in found
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    ):
                         value = assign.value
                         found[target.attr].add(value.value if isinstance(value, ast.Constant) else None)
 
@@ -182,8 +209,11 @@ def _isaaclab_sizes(entry: Any) -> tuple[int | None, int | None]:
 def gymnasium_rows() -> list[TaskRow]:
     import gymnasium
 
-    return [TaskRow(f"gym:{task_id}", "gymnasium", None, None, "Gymnasium's registry + cfg/train/GenericPPO.yaml")
-            for task_id in sorted(gymnasium.registry) if not task_id.startswith(ISAACLAB_PREFIXES)]
+    return [
+        TaskRow(f"gym:{task_id}", "gymnasium", None, None, "Gymnasium's registry + cfg/train/GenericPPO.yaml")
+        for task_id in sorted(gymnasium.registry)
+        if not task_id.startswith(ISAACLAB_PREFIXES)
+    ]
 
 
 def rows(kind: str | None = None) -> list[TaskRow]:
@@ -202,8 +232,9 @@ def format_table(listing: list[TaskRow]) -> str:
     widths = [max(len(line[i]) for line in [header, *lines]) for i in range(4)]
 
     def render(line: tuple[str, ...]) -> str:
-        return (f"{line[0]:<{widths[0]}}  {line[1]:<{widths[1]}}  {line[2]:>{widths[2]}}  "
-                f"{line[3]:>{widths[3]}}  {line[4]}")
+        return (
+            f"{line[0]:<{widths[0]}}  {line[1]:<{widths[1]}}  {line[2]:>{widths[2]}}  {line[3]:>{widths[3]}}  {line[4]}"
+        )
 
     return "\n".join(render(line) for line in [header, *lines])
 
@@ -225,8 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         text = format_table(listing)
         if args.kind is None:
-            text += ("\n\nAlso any Gymnasium id as gym:<Id> (e.g. task=gym:Pendulum-v1); list them with --kind "
-                     "gymnasium. Train one with: python -m omni_sfp.train task=<task>")
+            text += (
+                "\n\nAlso any Gymnasium id as gym:<Id> (e.g. task=gym:Pendulum-v1); list them with --kind "
+                "gymnasium. Train one with: python -m omni_sfp.train task=<task>"
+            )
     try:
         print(text, flush=True)
     except BrokenPipeError:  # `| head`: the reader has what it wanted

@@ -65,8 +65,12 @@ class StopRequested:
             raise KeyboardInterrupt
         self.requested = True
         self.signal = signum
-        print(f"\n[omni_sfp] {signal.Signals(signum).name}: stopping after this iteration and saving a checkpoint "
-              "(send it again to stop at once, without a checkpoint)", file=sys.stderr, flush=True)
+        print(
+            f"\n[omni_sfp] {signal.Signals(signum).name}: stopping after this iteration and saving a checkpoint "
+            "(send it again to stop at once, without a checkpoint)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class Learner:
@@ -78,10 +82,17 @@ class Learner:
         next iterations run (``omni_sfp.compile_policy.AutoCompile`` compiles the trunk there).
     """
 
-    def __init__(self, env, agent, *, iterations: int, stop: StopRequested | None = None,
-                 log: Callable[[Progress, dict[str, float]], None] | None = None,
-                 checkpoint: Callable[[Progress, bool], None] | None = None,
-                 tune: Callable[[Progress], None] | None = None) -> None:
+    def __init__(
+        self,
+        env,
+        agent,
+        *,
+        iterations: int,
+        stop: StopRequested | None = None,
+        log: Callable[[Progress, dict[str, float]], None] | None = None,
+        checkpoint: Callable[[Progress, bool], None] | None = None,
+        tune: Callable[[Progress], None] | None = None,
+    ) -> None:
         self.env, self.agent, self.iterations = env, agent, iterations
         self.stop = stop if stop is not None else StopRequested()
         self.log, self.checkpoint, self.tune = log, checkpoint, tune
@@ -151,9 +162,16 @@ class Learner:
                     raise
                 next_states = env.state()
                 agent.record_transition(
-                    observations=self.observations, states=self.states, actions=actions, rewards=rewards,
-                    next_observations=next_observations, next_states=next_states, terminated=terminated,
-                    truncated=truncated, infos=infos, timestep=timestep, timesteps=timesteps,
+                    observations=self.observations,
+                    states=self.states,
+                    actions=actions,
+                    rewards=rewards,
+                    next_observations=next_observations,
+                    next_states=next_states,
+                    terminated=terminated,
+                    truncated=truncated,
+                    infos=infos,
+                    timestep=timestep,
+                    timesteps=timesteps,
                 )
                 self.observations, self.states = next_observations, next_states
-

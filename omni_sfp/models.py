@@ -32,7 +32,9 @@ def _linear(in_features: int, out_features: int, init: str, gain: float) -> nn.L
     return linear
 
 
-def make_mlp(in_features: int, units: Sequence[int], activation: str = "elu", init: str = "orthogonal") -> nn.Sequential:
+def make_mlp(
+    in_features: int, units: Sequence[int], activation: str = "elu", init: str = "orthogonal"
+) -> nn.Sequential:
     """A plain MLP trunk: Linear + activation per entry of ``units`` (orthogonal gain sqrt(2) by default)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r} is not one of {', '.join(ACTIVATIONS)}")
@@ -171,8 +173,9 @@ class ValueCritic(DeterministicMixin, Model):
     ) -> None:
         Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
         DeterministicMixin.__init__(self, role="value")
-        self.net = nn.Sequential(make_mlp(self.num_observations, units, activation, init),
-                                 _linear(int(units[-1]), 1, init, gain=1.0))
+        self.net = nn.Sequential(
+            make_mlp(self.num_observations, units, activation, init), _linear(int(units[-1]), 1, init, gain=1.0)
+        )
         self.to(self.device)
 
     def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:

@@ -49,13 +49,25 @@ def learning_curve(
     steps, values = series(points)
     fig, ax = plt.subplots(figsize=(7, 4))
     if not np.isnan(values).all():
-        ax.plot(steps, values, marker="o", markersize=2.5, linewidth=1.0,  # NaN breaks the line: a gap
-                label="mean episode return (training, stochastic)")
+        ax.plot(
+            steps,
+            values,
+            marker="o",
+            markersize=2.5,
+            linewidth=1.0,  # NaN breaks the line: a gap
+            label="mean episode return (training, stochastic)",
+        )
     if optimal_return is not None:
         ax.axhline(optimal_return, color="k", linestyle="--", linewidth=0.8, label="optimal return (Riccati)")
     if evaluations:
-        ax.plot(*zip(*evaluations), linestyle="none", marker="*", markersize=10, color="tab:green",
-                label="deterministic evaluation")
+        ax.plot(
+            *zip(*evaluations),
+            linestyle="none",
+            marker="*",
+            markersize=10,
+            color="tab:green",
+            label="deterministic evaluation",
+        )
     ax.set_xlabel("environment steps")
     ax.set_ylabel("return")
     ax.set_title(title, fontsize=8)
@@ -75,5 +87,10 @@ def run_curve(summary: Summary, path: Path, *, task: str, steps_per_iteration: i
     evaluations = ()
     if summary.final_return is not None and history:
         evaluations = [(history[-1].timestep * steps_per_iteration, summary.final_return)]
-    learning_curve([(p.timestep * steps_per_iteration, p.mean_return) for p in history], path,
-                   title=f"{task}: {summary.line()}", optimal_return=summary.optimal_return, evaluations=evaluations)
+    learning_curve(
+        [(p.timestep * steps_per_iteration, p.mean_return) for p in history],
+        path,
+        title=f"{task}: {summary.line()}",
+        optimal_return=summary.optimal_return,
+        evaluations=evaluations,
+    )

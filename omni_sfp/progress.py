@@ -38,8 +38,17 @@ class ProgressOutput:
     TensorBoard, and the console: a tqdm bar with ETA on a terminal, else (a log file, CI) one compact line
     every ``every`` iterations and at the last one."""
 
-    def __init__(self, paths: list[Path], agent: SFPPPO, *, iterations: int, start_iteration: int, console: str,
-                 cache_in_use: bool, every: int | None = None) -> None:
+    def __init__(
+        self,
+        paths: list[Path],
+        agent: SFPPPO,
+        *,
+        iterations: int,
+        start_iteration: int,
+        console: str,
+        cache_in_use: bool,
+        every: int | None = None,
+    ) -> None:
         self.files = []
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,14 +62,24 @@ class ProgressOutput:
         if console == "bar":
             import tqdm
 
-            self.bar = tqdm.tqdm(total=iterations, initial=start_iteration, unit="it", file=sys.stdout,
-                                 mininterval=1.0, dynamic_ncols=True)
+            self.bar = tqdm.tqdm(
+                total=iterations,
+                initial=start_iteration,
+                unit="it",
+                file=sys.stdout,
+                mininterval=1.0,
+                dynamic_ncols=True,
+            )
 
     def write(self, progress: Progress, losses: dict[str, float]) -> None:
         agent = self.agent
         if progress.skipped_updates > self.skipped:
-            print(f"[omni_sfp] iteration {progress.iteration}: update skipped ({progress.skipped_updates} so far): "
-                  f"{agent.last_skip_reason}", file=sys.stderr, flush=True)
+            print(
+                f"[omni_sfp] iteration {progress.iteration}: update skipped ({progress.skipped_updates} so far): "
+                f"{agent.last_skip_reason}",
+                file=sys.stderr,
+                flush=True,
+            )
         self.skipped = progress.skipped_updates
         line = json.dumps(progress.__dict__)
         for file in self.files:
@@ -86,9 +105,12 @@ class ProgressOutput:
             done = progress.iteration - self.start_iteration
             eta = (time.perf_counter() - self.start) / done * (self.iterations - progress.iteration)
             hits = f"{100 * progress.sfp_hit_rate:.1f}%" if self.cache_in_use else "off"
-            print(f"[omni_sfp] iteration {progress.iteration}/{self.iterations} | env steps "
-                  f"{progress.timestep * agent.memory.num_envs * distributed.world_size()} | SPS {progress.sps:.0f} | return {shown} | "
-                  f"cache hits {hits} | ETA {eta:.0f} s", flush=True)
+            print(
+                f"[omni_sfp] iteration {progress.iteration}/{self.iterations} | env steps "
+                f"{progress.timestep * agent.memory.num_envs * distributed.world_size()} | SPS {progress.sps:.0f} | return {shown} | "
+                f"cache hits {hits} | ETA {eta:.0f} s",
+                flush=True,
+            )
 
     def note(self, line: str) -> None:
         """A line on the console between the iterations' output (above the bar on a terminal)."""

@@ -237,4 +237,3 @@ register_task(
         "Benchmark task with fixed work per step (60 obs, 8 actions by default)",
     )
 )
-

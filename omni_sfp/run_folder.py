@@ -88,6 +88,7 @@ def check_resumable(cfg: DictConfig, state: dict[str, Any], source: Path) -> Non
 def forget_after(run_dir: Path, iteration: int, agent, rollouts: int) -> None:
     """Resuming in the run folder: drop what the run wrote after the checkpoint it resumes from (a run killed
     between checkpoints), so progress.jsonl and TensorBoard continue without duplicates."""
+
     def before(line: str) -> bool:  # a line cut short by the kill is dropped too
         try:
             return json.loads(line)["iteration"] <= iteration
@@ -164,13 +165,19 @@ class Checkpoints:
         local = state["local"]
         if len(local) != self.world_size:
             # another number of processes: models, optimizer and counters continue; environments start afresh
-            print(f"[omni_sfp] checkpoint {source} was written by {len(local)} process(es), this run has "
-                  f"{self.world_size}: the environments and RNG states start afresh", file=sys.stderr, flush=True)
+            print(
+                f"[omni_sfp] checkpoint {source} was written by {len(local)} process(es), this run has "
+                f"{self.world_size}: the environments and RNG states start afresh",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         mine = local[self.rank]
         if mine["observations"].shape[0] != self.env.num_envs:
-            raise ckpt.CheckpointError(f"checkpoint {source}: saved with {mine['observations'].shape[0]} envs per "
-                                       f"process, this run has {self.env.num_envs}")
+            raise ckpt.CheckpointError(
+                f"checkpoint {source}: saved with {mine['observations'].shape[0]} envs per "
+                f"process, this run has {self.env.num_envs}"
+            )
         if mine["task"] is not None and hasattr(self.task, "load_state_dict"):
             self.task.load_state_dict(mine["task"])
             self.learner.observations, self.learner.states = mine["observations"], mine["states"]

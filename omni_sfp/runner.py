@@ -46,7 +46,9 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     units = list(m.units)
     if m.separate:
         kwargs = {"units": units, "activation": m.activation, "init": m.init}
-        policy = GaussianActor(env.observation_space, env.action_space, device, initial_log_std=m.initial_log_std, **kwargs)
+        policy = GaussianActor(
+            env.observation_space, env.action_space, device, initial_log_std=m.initial_log_std, **kwargs
+        )
         value = ValueCritic(env.observation_space, env.action_space, device, **kwargs)
         models = {"policy": policy, "value": value}
     else:
@@ -82,7 +84,9 @@ def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None):
         gae_lambda=p.gae_lambda,
         learning_rate=p.learning_rate,
         learning_rate_scheduler=KLAdaptiveLR if p.learning_rate_schedule == "kl_adaptive" else None,
-        learning_rate_scheduler_kwargs={"kl_threshold": p.desired_kl, "max_lr": p.max_learning_rate} if p.learning_rate_schedule == "kl_adaptive" else {},
+        learning_rate_scheduler_kwargs={"kl_threshold": p.desired_kl, "max_lr": p.max_learning_rate}
+        if p.learning_rate_schedule == "kl_adaptive"
+        else {},
         observation_preprocessor=scaler if p.observation_normalization else None,
         observation_preprocessor_kwargs={"size": env.observation_space, "device": device},
         value_preprocessor=scaler if p.value_normalization else None,
@@ -152,13 +156,22 @@ class Runner:
         task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
         if cfg.video:
             task_cfg.update(video.render_options(cfg.task.name))
-        self.env = make_env(cfg.task.name, num_envs=num_envs(cfg), device=self.device, seed=cfg.seed + self.rank,
-                            headless=cfg.headless, task_cfg=task_cfg)
+        self.env = make_env(
+            cfg.task.name,
+            num_envs=num_envs(cfg),
+            device=self.device,
+            seed=cfg.seed + self.rank,
+            headless=cfg.headless,
+            task_cfg=task_cfg,
+        )
         self.outputs_dir = self._outputs_dir()  # videos/ and exported/ (None on ranks > 0)
         if cfg.video and self.outputs_dir is not None:  # test=true: one clip from the start of the evaluation
-            self.env = video.RecordingEnv(self.env, self.outputs_dir / "videos" / ("play" if cfg.test else "train"),
-                                          video_length=cfg.video_length,
-                                          video_interval=None if cfg.test else cfg.video_interval)
+            self.env = video.RecordingEnv(
+                self.env,
+                self.outputs_dir / "videos" / ("play" if cfg.test else "train"),
+                video_length=cfg.video_length,
+                video_interval=None if cfg.test else cfg.video_interval,
+            )
         self.videos: list[Path] = []
         self.exported: ExportedPolicy | None = None
         self.models = build_models(cfg, self.env, self.device)
@@ -168,10 +181,14 @@ class Runner:
         self.learner.checkpoint = self.checkpoints.after_iteration
         self.auto_compile: AutoCompile | None = None  # train.models.compile=auto: decides after 2 eager iterations
         if cfg.train.models.compile == "auto" and not cfg.test:
-            self.auto_compile = AutoCompile(self.models, iterations=self.learner.iterations,
-                                            device_type=self.device.type, mixed_precision=cfg.train.mixed_precision,
-                                            agree=lambda flag: distributed.any_rank(flag, self.device),
-                                            report=self._note if self.run_dir is not None else None)
+            self.auto_compile = AutoCompile(
+                self.models,
+                iterations=self.learner.iterations,
+                device_type=self.device.type,
+                mixed_precision=cfg.train.mixed_precision,
+                agree=lambda flag: distributed.any_rank(flag, self.device),
+                report=self._note if self.run_dir is not None else None,
+            )
             self.learner.tune = self.auto_compile
         self.disable_progressbar = disable_progressbar
         self.history: list[Progress] = []
@@ -197,7 +214,11 @@ class Runner:
 
     @property
     def _cache_in_use(self) -> bool:
-        return not self.cfg.train.models.separate and self.cfg.train.sfp.enabled and self.cfg.train.sfp.cache_check != "off"
+        return (
+            not self.cfg.train.models.separate
+            and self.cfg.train.sfp.enabled
+            and self.cfg.train.sfp.cache_check != "off"
+        )
 
     # -- train / test -------------------------------------------------------------------------------------------
     def train(self) -> Summary:
@@ -215,7 +236,9 @@ class Runner:
             if main:
                 self._output = ProgressOutput(
                     [self.run_dir / "progress.jsonl", *([Path(cfg.progress_file)] if cfg.progress_file else [])],
-                    self.agent, iterations=self.learner.iterations, start_iteration=self.learner.iteration,
+                    self.agent,
+                    iterations=self.learner.iterations,
+                    start_iteration=self.learner.iteration,
                     console="bar" if sys.stdout.isatty() and not self.disable_progressbar else "lines",
                     cache_in_use=self._cache_in_use,
                 )
@@ -249,8 +272,12 @@ class Runner:
             checkpoint=self.checkpoints.last,
         )
         if main:
-            run_curve(summary, self.run_dir / "learning_curve.png", task=cfg.task.name,
-                      steps_per_iteration=self.env.num_envs * self.world_size)
+            run_curve(
+                summary,
+                self.run_dir / "learning_curve.png",
+                task=cfg.task.name,
+                steps_per_iteration=self.env.num_envs * self.world_size,
+            )
             self._finish_outputs()
         return summary
 
@@ -308,5 +335,9 @@ class Runner:
             from omni_sfp.export import export_policy
 
             self.agent.enable_models_training_mode(False)
-            self.exported = export_policy(self.agent.policy, self.agent.checkpoint_modules.get("observation_preprocessor"),
-                                          self.env.action_space, self.outputs_dir / EXPORT_FOLDER)
+            self.exported = export_policy(
+                self.agent.policy,
+                self.agent.checkpoint_modules.get("observation_preprocessor"),
+                self.env.action_space,
+                self.outputs_dir / EXPORT_FOLDER,
+            )

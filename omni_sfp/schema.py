@@ -43,7 +43,6 @@ SEED_MAX = 2**31 - 1  # numpy's legacy seeding takes 32 bits; skrl adds the rank
 RANDOM_SEED = -1  # seed=-1: draw a seed at start (OmniIsaacGymEnvs and Isaac Lab)
 
 
-
 def parse_device(text: str) -> tuple[str, int | None]:
     """``device`` (:data:`DEVICE_GRAMMAR`) as ``(kind, index)``: ``("auto", None)``, ``("cpu", None)``,
     ``("cuda", None)`` or ``("cuda", N)``. The one parser of the grammar: validation, the runner's
@@ -59,8 +58,14 @@ def parse_device(text: str) -> tuple[str, int | None]:
 
 AUTO = "auto"  # the one string a "bool_auto" setting takes besides true and false
 KINDS = ("bool", "bool_auto", "int", "float", "str", "ints")  # "bool_auto": true, false or "auto"
-_TYPE_NAMES = {"bool": "bool", "bool_auto": "true, false or auto", "int": "int", "float": "float", "str": "str",
-               "ints": "list"}
+_TYPE_NAMES = {
+    "bool": "bool",
+    "bool_auto": "true, false or auto",
+    "int": "int",
+    "float": "float",
+    "str": "str",
+    "ints": "list",
+}
 
 
 @dataclass(frozen=True)
@@ -165,38 +170,93 @@ def _s(key: str, kind: str, default: Any, doc: str, **limits: Any) -> Setting:
 # ---- the table ----------------------------------------------------------------------------------------------
 # cfg/config.yaml: the run. `task` selects the Hydra groups task/<name>.yaml and train/<name>PPO.yaml.
 TOP: tuple[Setting, ...] = (
-    _s("task", "str", "Cartpole", "task name from the registry (Cartpole, LQR60x8, ConstantCost, OmniIsaacGymEnvs "
-       "and Isaac Lab names, gym:<Id>)", pattern=r"\S+", grammar="a task name without spaces (see "
-       "omni_sfp.registry.list_tasks())"),
+    _s(
+        "task",
+        "str",
+        "Cartpole",
+        "task name from the registry (Cartpole, LQR60x8, ConstantCost, OmniIsaacGymEnvs and Isaac Lab names, gym:<Id>)",
+        pattern=r"\S+",
+        grammar="a task name without spaces (see omni_sfp.registry.list_tasks())",
+    ),
     _s("experiment", "str", "", "suffix of the run folder runs/<task>/<timestamp>_<experiment>"),
-    _s("num_envs", "int", None, "environments simulated together; null: the task's task.env.num_envs",
-       minimum=1, nullable=True),
-    _s("seed", "int", 42, "seeds torch, numpy, random and the task's generator; -1 draws one (printed, and saved "
-       "in the run folder's config.yaml)", minimum=RANDOM_SEED, maximum=SEED_MAX),
-    _s("torch_deterministic", "bool", False, "torch.use_deterministic_algorithms(True): reproducible, slower on "
-       "CUDA"),
-    _s("device", "str", "auto", "where the networks (and GPU-resident tasks) run: auto is CUDA when present, "
-       "else CPU", pattern=DEVICE_PATTERN, grammar=DEVICE_GRAMMAR),
+    _s(
+        "num_envs",
+        "int",
+        None,
+        "environments simulated together; null: the task's task.env.num_envs",
+        minimum=1,
+        nullable=True,
+    ),
+    _s(
+        "seed",
+        "int",
+        42,
+        "seeds torch, numpy, random and the task's generator; -1 draws one (printed, and saved "
+        "in the run folder's config.yaml)",
+        minimum=RANDOM_SEED,
+        maximum=SEED_MAX,
+    ),
+    _s("torch_deterministic", "bool", False, "torch.use_deterministic_algorithms(True): reproducible, slower on CUDA"),
+    _s(
+        "device",
+        "str",
+        "auto",
+        "where the networks (and GPU-resident tasks) run: auto is CUDA when present, else CPU",
+        pattern=DEVICE_PATTERN,
+        grammar=DEVICE_GRAMMAR,
+    ),
     _s("headless", "bool", True, "simulator tasks draw no viewport"),
-    _s("max_iterations", "int", None, "PPO iterations (rollout + update); null: train.max_iterations",
-       minimum=1, nullable=True),
+    _s(
+        "max_iterations",
+        "int",
+        None,
+        "PPO iterations (rollout + update); null: train.max_iterations",
+        minimum=1,
+        nullable=True,
+    ),
     _s("checkpoint", "str", "", "checkpoint file or run folder to resume from, or to play with test=true"),
     _s("test", "bool", False, "play the checkpoint with deterministic actions and print the mean return"),
     _s("test_episodes", "int", 1, "with test=true: episodes per environment to average over", minimum=1),
     _s("resume", "bool", False, "with checkpoint=<run folder>: continue its newest checkpoint in the same folder"),
     _s("runs_dir", "str", "runs", "where run folders are created (relative to the working directory)"),
-    _s("progress_file", "str", None, "also append one JSON line per iteration here (the Kit panel reads it)",
-       nullable=True),
+    _s(
+        "progress_file",
+        "str",
+        None,
+        "also append one JSON line per iteration here (the Kit panel reads it)",
+        nullable=True,
+    ),
     # outputs beyond checkpoints (Isaac Lab's --video flags, its play.py export, OmniIsaacGymEnvs' wandb_* keys)
-    _s("video", "bool", False, "record clips of env 0 (Cartpole, gym:<Id>, Isaac Lab with cameras): training into "
-       "<run>/videos/train, test=true into videos/play of the checkpoint's run folder"),
+    _s(
+        "video",
+        "bool",
+        False,
+        "record clips of env 0 (Cartpole, gym:<Id>, Isaac Lab with cameras): training into "
+        "<run>/videos/train, test=true into videos/play of the checkpoint's run folder",
+    ),
     _s("video_length", "int", 200, "steps per clip (Isaac Lab's --video_length)", minimum=1),
-    _s("video_interval", "int", 2000, "training: a clip starts every this many steps (Isaac Lab's --video_interval); "
-       "test=true: one clip from the start", minimum=1),
-    _s("export", "bool", False, "write exported/policy.pt (TorchScript) and policy.onnx, normaliser folded in, mean "
-       "actions clipped as the task clips them: after training, or at test=true next to the checkpoint"),
-    _s("wandb_activate", "bool", False, "log the config and every TensorBoard scalar to Weights & Biases "
-       "(pip install omni-sfp[wandb]; WANDB_MODE=offline needs no network)"),
+    _s(
+        "video_interval",
+        "int",
+        2000,
+        "training: a clip starts every this many steps (Isaac Lab's --video_interval); "
+        "test=true: one clip from the start",
+        minimum=1,
+    ),
+    _s(
+        "export",
+        "bool",
+        False,
+        "write exported/policy.pt (TorchScript) and policy.onnx, normaliser folded in, mean "
+        "actions clipped as the task clips them: after training, or at test=true next to the checkpoint",
+    ),
+    _s(
+        "wandb_activate",
+        "bool",
+        False,
+        "log the config and every TensorBoard scalar to Weights & Biases "
+        "(pip install omni-sfp[wandb]; WANDB_MODE=offline needs no network)",
+    ),
     _s("wandb_project", "str", "omni_sfp", "W&B project (not empty when wandb_activate=true)"),
     _s("wandb_entity", "str", "", "W&B entity (team or user); empty: your default"),
     _s("wandb_group", "str", "", "W&B run group; empty: none"),
@@ -206,63 +266,143 @@ TOP: tuple[Setting, ...] = (
 # cfg/train/PPO.yaml (keys under `train.`): the base every cfg/train/<Task>PPO.yaml inherits. Keys mirror
 # skrl 2's PPO_CFG where they have a counterpart (ppo.*).
 TRAIN: tuple[Setting, ...] = (
-    _s("train.max_iterations", "int", 100, "PPO iterations for this task; env steps = max_iterations * "
-       "ppo.rollouts * num_envs", minimum=1),
-    _s("train.mixed_precision", "bool", False, "autocast: bf16 on CPU (fast only with bf16 instructions), fp16 + "
-       "GradScaler on CUDA"),
+    _s(
+        "train.max_iterations",
+        "int",
+        200,
+        "PPO iterations for this task; env steps = max_iterations * ppo.rollouts * num_envs",
+        minimum=1,
+    ),
+    _s(
+        "train.mixed_precision",
+        "bool",
+        False,
+        "autocast: bf16 on CPU (fast only with bf16 instructions), fp16 + GradScaler on CUDA",
+    ),
     _s("train.sfp.enabled", "bool", True, "single forward pass: the shared trunk runs once per policy+value pair"),
-    _s("train.sfp.cache_check", "str", "auto", "what counts as the same input (README: how the cache decides a "
-       "hit); off: the double-pass baseline", choices=CACHE_CHECKS),
+    _s(
+        "train.sfp.cache_check",
+        "str",
+        "auto",
+        "what counts as the same input (README: how the cache decides a hit); off: the double-pass baseline",
+        choices=CACHE_CHECKS,
+    ),
     _s("train.models.separate", "bool", False, "separate actor and critic networks (no sharing, no cache)"),
-    _s("train.models.units", "ints", [256, 128, 64], "hidden layer sizes of the trunk (of each network when "
-       "separate)"),
+    _s("train.models.units", "ints", [256, 128, 64], "hidden layer sizes of the trunk (of each network when separate)"),
     _s("train.models.activation", "str", "elu", "activation after each hidden layer", choices=tuple(ACTIVATIONS)),
-    _s("train.models.init", "str", "orthogonal", "weight init: orthogonal (gain sqrt 2, policy head 0.01, value head "
-       "1), torch (nn.Linear's default, as skrl's model instantiators) or torch_zero_bias (rl_games' default "
-       "initializer)",
-       choices=INITS),
+    _s(
+        "train.models.init",
+        "str",
+        "orthogonal",
+        "weight init: orthogonal (gain sqrt 2, policy head 0.01, value head "
+        "1), torch (nn.Linear's default, as skrl's model instantiators) or torch_zero_bias (rl_games' default "
+        "initializer)",
+        choices=INITS,
+    ),
     _s("train.models.initial_log_std", "float", 0.0, "initial log standard deviation of the Gaussian policy"),
-    _s("train.models.compile", "bool_auto", AUTO, "torch.compile the trunk (inductor; needs a C++ compiler on CPU): "
-       "true before training, auto after 2 eager iterations when the run is long enough to pay the compile back "
-       "(the decision is printed; omni_sfp/compile_policy.py)"),
+    _s(
+        "train.models.compile",
+        "bool_auto",
+        AUTO,
+        "torch.compile the trunk (inductor; needs a C++ compiler on CPU): "
+        "true before training, auto after 2 eager iterations when the run is long enough to pay the compile back "
+        "(the decision is printed; omni_sfp/compile_policy.py)",
+    ),
     _s("train.ppo.rollouts", "int", 16, "env steps per environment between updates (the horizon)", minimum=1),
-    _s("train.ppo.learning_epochs", "int", 8, "passes over the rollout per update", minimum=1),
-    _s("train.ppo.mini_batches", "int", 4, "minibatches per epoch; num_envs * rollouts must be divisible by it",
-       minimum=1),
+    _s("train.ppo.learning_epochs", "int", 4, "passes over the rollout per update", minimum=1),
+    _s(
+        "train.ppo.mini_batches",
+        "int",
+        4,
+        "minibatches per epoch; num_envs * rollouts must be divisible by it",
+        minimum=1,
+    ),
     _s("train.ppo.discount_factor", "float", 0.99, "gamma", minimum=0, maximum=1),
     _s("train.ppo.gae_lambda", "float", 0.95, "GAE lambda", minimum=0, maximum=1),
-    _s("train.ppo.learning_rate", "float", 3.0e-4, "Adam learning rate (the initial one when the schedule adapts "
-       "it)", above=0),
-    _s("train.ppo.learning_rate_schedule", "str", "kl_adaptive", "kl_adaptive (skrl's KLAdaptiveLR) or fixed",
-       choices=LR_SCHEDULES),
-    _s("train.ppo.max_learning_rate", "float", 1.0e-2, "upper bound of the kl_adaptive schedule's learning rate "
-       "(skrl's KLAdaptiveLR max_lr)", above=0),
+    _s(
+        "train.ppo.learning_rate",
+        "float",
+        3.0e-4,
+        "Adam learning rate (the initial one when the schedule adapts it)",
+        above=0,
+    ),
+    _s(
+        "train.ppo.learning_rate_schedule",
+        "str",
+        "kl_adaptive",
+        "kl_adaptive (skrl's KLAdaptiveLR) or fixed",
+        choices=LR_SCHEDULES,
+    ),
+    _s(
+        "train.ppo.max_learning_rate",
+        "float",
+        1.0e-3,
+        "upper bound of the kl_adaptive schedule's learning rate (skrl's KLAdaptiveLR max_lr)",
+        above=0,
+    ),
     _s("train.ppo.desired_kl", "float", 0.008, "target KL of the kl_adaptive schedule (> 0 with it)", minimum=0),
-    _s("train.ppo.kl_threshold", "float", 0.0, "early-stop an epoch when the KL exceeds this; 0 disables",
-       minimum=0),
+    _s("train.ppo.kl_threshold", "float", 0.0, "early-stop an epoch when the KL exceeds this; 0 disables", minimum=0),
     _s("train.ppo.ratio_clip", "float", 0.2, "PPO surrogate clip", above=0),
-    _s("train.ppo.value_clip", "float", 0.2, "value prediction clip around the rollout value; 0 disables",
-       minimum=0),
+    _s("train.ppo.value_clip", "float", 0.0, "value prediction clip around the rollout value; 0 disables", minimum=0),
     _s("train.ppo.entropy_loss_scale", "float", 0.0, "entropy bonus weight"),
     _s("train.ppo.value_loss_scale", "float", 2.0, "value loss weight", minimum=0),
     _s("train.ppo.grad_norm_clip", "float", 1.0, "global gradient norm clip; 0 disables", minimum=0),
-    _s("train.ppo.bounds_loss_scale", "float", 1.0e-4, "weight of rl_games' bound loss: the squared excess of the "
-       "policy mean beyond 1.1x the action bounds (0: none, as skrl's PPO)", minimum=0),
-    _s("train.ppo.fused_optimizer", "bool", True, "fused Adam: the same update in one kernel (CPU and CUDA); "
-       "false: skrl's default Adam"),
-    _s("train.ppo.time_limit_bootstrap", "bool", True, "bootstrap truncated episodes with the value of the next "
-       "observation"),
-    _s("train.ppo.observation_normalization", "bool", True, "running mean/std of observations (skrl "
-       "RunningStandardScaler)"),
+    _s(
+        "train.ppo.bounds_loss_scale",
+        "float",
+        1.0e-4,
+        "weight of rl_games' bound loss: the squared excess of the "
+        "policy mean beyond 1.1x the action bounds (0: none, as skrl's PPO)",
+        minimum=0,
+    ),
+    _s(
+        "train.ppo.fused_optimizer",
+        "bool",
+        True,
+        "fused Adam: the same update in one kernel (CPU and CUDA); false: skrl's default Adam",
+    ),
+    _s(
+        "train.ppo.time_limit_bootstrap",
+        "bool",
+        True,
+        "bootstrap truncated episodes with the value of the next observation",
+    ),
+    _s(
+        "train.ppo.observation_normalization",
+        "bool",
+        True,
+        "running mean/std of observations (skrl RunningStandardScaler)",
+    ),
     _s("train.ppo.value_normalization", "bool", True, "running mean/std of values and returns"),
-    _s("train.ppo.rewards_scale", "float", 0.1, "rewards are multiplied by this for learning (reported returns "
-       "are unscaled)", above=0),
-    _s("train.checkpoint_interval", "int", 25, "iterations between checkpoints (plus one at the end); 0: only at "
-       "the end", minimum=0),
-    _s("train.keep_checkpoints", "int", 3, "newest iter_<n>.pt kept in the run folder, besides best.pt and "
-       "last.pt", minimum=1),
-    _s("train.check_finite", "str", "raise", "non-finite observations, rewards or losses: raise (stop, naming "
-       "the step and env), skip the update (counted), or off", choices=CHECK_FINITE),
+    _s(
+        "train.ppo.rewards_scale",
+        "float",
+        0.1,
+        "rewards are multiplied by this for learning (reported returns are unscaled)",
+        above=0,
+    ),
+    _s(
+        "train.checkpoint_interval",
+        "int",
+        25,
+        "iterations between checkpoints (plus one at the end); 0: only at the end",
+        minimum=0,
+    ),
+    _s(
+        "train.keep_checkpoints",
+        "int",
+        3,
+        "newest iter_<n>.pt kept in the run folder, besides best.pt and last.pt",
+        minimum=1,
+    ),
+    _s(
+        "train.check_finite",
+        "str",
+        "raise",
+        "non-finite observations, rewards or losses: raise (stop, naming "
+        "the step and env), skip the update (counted), or off",
+        choices=CHECK_FINITE,
+    ),
 )
 
 # Kit launcher settings: carb /exts/omni.sfp/<key> only, never a Hydra override.
@@ -296,8 +436,11 @@ def yaml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(yaml_value(v) for v in value) + "]"
     if isinstance(value, str):
-        return value if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", value) and value not in ("null", "true",
-                                                                                          "false") else f'"{value}"'
+        return (
+            value
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", value) and value not in ("null", "true", "false")
+            else f'"{value}"'
+        )
     return str(value)
 
 
@@ -328,30 +471,34 @@ def _choices_note(s: Setting) -> str:
 
 
 def render_config_yaml() -> str:
-    return "\n".join([
-        f"# {GENERATED} file.",
-        "# omni-sfp training configuration (Hydra, OmniIsaacGymEnvs' layout: config.yaml + task/<Task>.yaml +",
-        "# train/<Task>PPO.yaml). Override any key on the command line: `python -m omni_sfp.train task=LQR60x8",
-        "# num_envs=256 train.mixed_precision=true`. Every key is validated before any simulation starts.",
-        "defaults:",
-        f"  - task: {TOP[0].default}",
-        "  - train: ${task}PPO",
-        "  - _self_",
-        "",
-        "task_name: ${task.name}                  # read-only: the task's registered name",
-        *_yaml_tree(tuple(s for s in TOP if s.key != "task"), ""),
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# {GENERATED} file.",
+            "# omni-sfp training configuration (Hydra, OmniIsaacGymEnvs' layout: config.yaml + task/<Task>.yaml +",
+            "# train/<Task>PPO.yaml). Override any key on the command line: `python -m omni_sfp.train task=LQR60x8",
+            "# num_envs=256 train.mixed_precision=true`. Every key is validated before any simulation starts.",
+            "defaults:",
+            f"  - task: {TOP[0].default}",
+            "  - train: ${task}PPO",
+            "  - _self_",
+            "",
+            "task_name: ${task.name}                  # read-only: the task's registered name",
+            *_yaml_tree(tuple(s for s in TOP if s.key != "task"), ""),
+            "",
+        ]
+    )
 
 
 def render_train_yaml() -> str:
-    return "\n".join([
-        f"# {GENERATED} file.",
-        "# The PPO settings every task starts from: cfg/train/<Task>PPO.yaml lists `PPO` in its defaults and holds",
-        "# only what that task changes. Keys mirror skrl 2's PPO_CFG where they have a counterpart (ppo.*).",
-        *_yaml_tree(TRAIN, "train."),
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# {GENERATED} file.",
+            "# The PPO settings every task starts from: cfg/train/<Task>PPO.yaml lists `PPO` in its defaults and holds",
+            "# only what that task changes. Keys mirror skrl 2's PPO_CFG where they have a counterpart (ppo.*).",
+            *_yaml_tree(TRAIN, "train."),
+            "",
+        ]
+    )
 
 
 def render_readme_table() -> str:
@@ -360,8 +507,10 @@ def render_readme_table() -> str:
         default = "null" if s.default is None else yaml_value(s.default)
         rows.append(f"| `{s.key}` | `{default}` | {_markdown(s.allowed())} | {_markdown(s.doc)} |")
         if s.key == "task":
-            rows.append("| `task.env.*` | per task | the task's constructor arguments | see "
-                        "`cfg/task/<Task>.yaml`; add one with `+task.env.<argument>=` |")
+            rows.append(
+                "| `task.env.*` | per task | the task's constructor arguments | see "
+                "`cfg/task/<Task>.yaml`; add one with `+task.env.<argument>=` |"
+            )
     return "\n".join(rows)
 
 
@@ -408,8 +557,9 @@ def generated_files() -> dict[Path, str]:
         ROOT / "cfg" / "config.yaml": render_config_yaml(),
         ROOT / "cfg" / "train" / "PPO.yaml": render_train_yaml(),
         readme: _replace_block(readme.read_text(), README_BEGIN, README_END, render_readme_table(), "README.md"),
-        manifest: _replace_block(manifest.read_text(), MANIFEST_BEGIN, MANIFEST_END, render_manifest_settings(),
-                                 "extension.toml"),
+        manifest: _replace_block(
+            manifest.read_text(), MANIFEST_BEGIN, MANIFEST_END, render_manifest_settings(), "extension.toml"
+        ),
     }
 
 
@@ -420,8 +570,11 @@ def stale_files() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv not in (["--write"], ["--check"]):
-        print("usage: python -m omni_sfp.schema --write | --check  (regenerate, or list, the files derived from "
-              "the settings schema)", file=sys.stderr)
+        print(
+            "usage: python -m omni_sfp.schema --write | --check  (regenerate, or list, the files derived from "
+            "the settings schema)",
+            file=sys.stderr,
+        )
         return 2
     if not (ROOT / "extension.toml").is_file():
         print(f"omni_sfp.schema: error: {ROOT} is not a source checkout (no extension.toml)", file=sys.stderr)

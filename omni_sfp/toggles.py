@@ -157,5 +157,3 @@ def hydra_value(value: Any) -> str:
         escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value).replace("'", "\\'")
         return f"'{escaped}'"
     raise TypeError(f"no Hydra form for {type(value).__name__} {value!r}")
-
-

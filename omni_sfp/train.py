@@ -42,8 +42,11 @@ def draw_seed(cfg) -> int | None:
         dist.broadcast_object_list(box, src=0)  # one seed for the run: the ranks add their rank to it
     cfg.seed = box[0]
     if distributed.rank() == 0:
-        print(f"[omni_sfp] seed=-1: drew seed {cfg.seed} (saved in the run folder's config.yaml; pass seed={cfg.seed} "
-              "to repeat the run)", flush=True)
+        print(
+            f"[omni_sfp] seed=-1: drew seed {cfg.seed} (saved in the run folder's config.yaml; pass seed={cfg.seed} "
+            "to repeat the run)",
+            flush=True,
+        )
     return cfg.seed
 
 
@@ -115,9 +118,11 @@ def _run(argv: list[str]) -> int:
     if main_process:
         resumed = f" | resuming {runner.resume_from}" if runner.resume_from else ""
         processes = f" x {runner.world_size} processes" if runner.world_size > 1 else ""
-        print(f"[omni_sfp] task {cfg.task.name} | {runner.env.num_envs} envs on {runner.device}{processes} | "
-              f"{precision_note(runner.device, cfg.train.mixed_precision)} | run folder {runner.run_dir}{resumed}",
-              flush=True)
+        print(
+            f"[omni_sfp] task {cfg.task.name} | {runner.env.num_envs} envs on {runner.device}{processes} | "
+            f"{precision_note(runner.device, cfg.train.mixed_precision)} | run folder {runner.run_dir}{resumed}",
+            flush=True,
+        )
     from omni_sfp.video import VideoError
     from omni_sfp.wandb_logging import WandbError
 
@@ -144,9 +149,12 @@ def _run(argv: list[str]) -> int:
     _print_outputs(runner)
     print(summary.line(), flush=True)
     if summary.interrupted is not None:
-        print(f"[omni_sfp] stopped by {summary.interrupted} after iteration {summary.iterations}; checkpoint "
-              f"{summary.checkpoint}; continue it with the same command plus resume=true checkpoint={summary.run_dir}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[omni_sfp] stopped by {summary.interrupted} after iteration {summary.iterations}; checkpoint "
+            f"{summary.checkpoint}; continue it with the same command plus resume=true checkpoint={summary.run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + signal.Signals[summary.interrupted]
     return EXIT_OK
 

@@ -155,10 +155,16 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
             theirs = "gae_lambda"  # skrl 2.x name
         if agent.get(theirs) is not None:
             take(f"train.ppo.{ours}", kind(agent[theirs]), f"agent.{theirs}")
+    for key, default in (("learning_epochs", 8), ("value_clip", 0.2)):  # skrl's PPO_CFG defaults, where ours differ
+        if key not in agent:
+            take(f"train.ppo.{key}", default, f"agent.{key} (absent: skrl's PPO_CFG default)")
     if "value_clip" in agent:
         clipped = agent.get("clip_predicted_values", True)
-        take("train.ppo.value_clip", float(agent["value_clip"]) if clipped else 0.0,
-             "agent.value_clip" + ("" if clipped else " (clip_predicted_values: False)"))
+        take(
+            "train.ppo.value_clip",
+            float(agent["value_clip"]) if clipped else 0.0,
+            "agent.value_clip" + ("" if clipped else " (clip_predicted_values: False)"),
+        )
     if "learning_rate_scheduler" in agent:
         scheduler = agent["learning_rate_scheduler"]
         if scheduler in (None, "", "None"):
@@ -166,11 +172,22 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
         elif "KLAdaptive" in str(scheduler):
             take("train.ppo.learning_rate_schedule", "kl_adaptive", "agent.learning_rate_scheduler")
             kwargs = agent.get("learning_rate_scheduler_kwargs") or {}
+            take(
+                "train.ppo.max_learning_rate",
+                float(kwargs.get("max_lr", 1e-2)),
+                "agent.learning_rate_scheduler_kwargs.max_lr"
+                + ("" if "max_lr" in kwargs else " (KLAdaptiveLR's default)"),
+            )
             if "kl_threshold" in kwargs:
-                take("train.ppo.desired_kl", float(kwargs["kl_threshold"]),
-                     "agent.learning_rate_scheduler_kwargs.kl_threshold")
-    for ours, theirs in (("observation_normalization", "state_preprocessor"),
-                         ("value_normalization", "value_preprocessor")):
+                take(
+                    "train.ppo.desired_kl",
+                    float(kwargs["kl_threshold"]),
+                    "agent.learning_rate_scheduler_kwargs.kl_threshold",
+                )
+    for ours, theirs in (
+        ("observation_normalization", "state_preprocessor"),
+        ("value_normalization", "value_preprocessor"),
+    ):
         if theirs == "state_preprocessor" and theirs not in agent and "observation_preprocessor" in agent:
             theirs = "observation_preprocessor"  # skrl 2.x name
         if theirs in agent:
@@ -186,8 +203,9 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
 # -- OmniIsaacGymEnvs: rl_games YAML ---------------------------------------------------------------------------
 
 
-def rlgames_settings(train: Mapping[str, Any], task: Mapping[str, Any], train_file: str, task_file: str, *,
-                     num_envs: int | None = None) -> list[Setting]:
+def rlgames_settings(
+    train: Mapping[str, Any], task: Mapping[str, Any], train_file: str, task_file: str, *, num_envs: int | None = None
+) -> list[Setting]:
     """A resolved rl_games train config (OIGE's ``train/<Task>PPO.yaml``) and task config on omni_sfp's keys."""
     out: list[Setting] = []
 
@@ -211,8 +229,11 @@ def rlgames_settings(train: Mapping[str, Any], task: Mapping[str, Any], train_fi
         take("train.models.init", "torch_zero_bias", f"{train_file}: params.network.mlp.initializer.name")
     sigma = ((network.get("space", {}) or {}).get("continuous", {}) or {}).get("sigma_init", {}) or {}
     if sigma.get("name") == "const_initializer" and "val" in sigma:
-        take("train.models.initial_log_std", float(sigma["val"]),
-             f"{train_file}: params.network.space.continuous.sigma_init.val")
+        take(
+            "train.models.initial_log_std",
+            float(sigma["val"]),
+            f"{train_file}: params.network.space.continuous.sigma_init.val",
+        )
 
     horizon = int(config["horizon_length"])
     take("train.ppo.rollouts", horizon, cfile + "horizon_length")
@@ -223,8 +244,11 @@ def rlgames_settings(train: Mapping[str, Any], task: Mapping[str, Any], train_fi
         batch = envs * horizon
         wanted = max(1, batch // size)
         mini_batches = max(d for d in range(1, wanted + 1) if batch % d == 0)
-        take("train.ppo.mini_batches", mini_batches,
-             cfile + f"minibatch_size ({size}): {envs} envs * {horizon} steps / {size}")
+        take(
+            "train.ppo.mini_batches",
+            mini_batches,
+            cfile + f"minibatch_size ({size}): {envs} envs * {horizon} steps / {size}",
+        )
     take("train.ppo.discount_factor", float(config["gamma"]), cfile + "gamma")
     take("train.ppo.gae_lambda", float(config["tau"]), cfile + "tau")
     take("train.ppo.learning_rate", float(config["learning_rate"]), cfile + "learning_rate")
@@ -232,6 +256,7 @@ def rlgames_settings(train: Mapping[str, Any], task: Mapping[str, Any], train_fi
     if schedule == "adaptive":
         take("train.ppo.learning_rate_schedule", "kl_adaptive", cfile + "lr_schedule")
         take("train.ppo.desired_kl", float(config["kl_threshold"]), cfile + "kl_threshold")
+        take("train.ppo.max_learning_rate", 1e-2, cfile + "lr_schedule (rl_games' AdaptiveScheduler: max_lr 1e-2)")
     elif schedule in (None, "fixed", "None", "linear"):  # linear: no omni_sfp counterpart, the closest is fixed
         take("train.ppo.learning_rate_schedule", "fixed", cfile + f"lr_schedule ({schedule})")
     e_clip = float(config["e_clip"])

@@ -51,15 +51,19 @@ def check_config(cfg: Any) -> None:
 
     spec = get_task(cfg.task.name)
     if spec.kind == "oige":
-        raise VideoError(f"video=true: task {cfg.task.name} (OmniIsaacGymEnvs) renders no rgb_array frames; record it "
-                         "with Isaac Sim's Movie Capture")
+        raise VideoError(
+            f"video=true: task {cfg.task.name} (OmniIsaacGymEnvs) renders no rgb_array frames; record it "
+            "with Isaac Sim's Movie Capture"
+        )
     if spec.kind == "embedded":
         import importlib
 
         module_name, attr = spec.entry_point.split(":")
         if not callable(getattr(getattr(importlib.import_module(module_name), attr), "render", None)):
-            raise VideoError(f"video=true: task {cfg.task.name} draws nothing (the embedded task with a renderer is "
-                             "Cartpole; Gymnasium ids and Isaac Lab tasks render too)")
+            raise VideoError(
+                f"video=true: task {cfg.task.name} draws nothing (the embedded task with a renderer is "
+                "Cartpole; Gymnasium ids and Isaac Lab tasks render too)"
+            )
 
 
 def render_options(task_name: str) -> dict[str, Any]:
@@ -91,8 +95,10 @@ def as_frame(rendered: Any) -> np.ndarray:
     if isinstance(rendered, (tuple, list)):
         rendered = rendered[0] if rendered else None
     if rendered is None:
-        raise VideoError("the task rendered no frame: it needs render_mode='rgb_array' (Isaac Lab tasks also need "
-                         "cameras enabled); embedded tasks other than Cartpole have no renderer")
+        raise VideoError(
+            "the task rendered no frame: it needs render_mode='rgb_array' (Isaac Lab tasks also need "
+            "cameras enabled); embedded tasks other than Cartpole have no renderer"
+        )
     if hasattr(rendered, "detach"):  # a torch tensor, e.g. an Isaac Lab camera
         rendered = rendered.detach().cpu().numpy()
     frame = np.asarray(rendered)
@@ -126,16 +132,18 @@ def write_video(path: str | Path, frames: Sequence[np.ndarray], fps: float) -> P
             # H.264 with yuv420p needs even sides: pad by a row/column instead of letting imageio rescale
             height, width = frames[0].shape[:2]
             pad = ((0, height % 2), (0, width % 2), (0, 0))
-            with imageio.get_writer(tmp, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p",
-                                    macro_block_size=1) as writer:
+            with imageio.get_writer(
+                tmp, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
+            ) as writer:
                 for frame in frames:
                     writer.append_data(np.pad(frame, pad, mode="edge") if any(p[1] for p in pad) else frame)
         else:
             from PIL import Image
 
             images = [Image.fromarray(frame) for frame in frames]
-            images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], loop=0,
-                           duration=max(20, round(1000 / fps)))
+            images[0].save(
+                tmp, format="GIF", save_all=True, append_images=images[1:], loop=0, duration=max(20, round(1000 / fps))
+            )
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -171,8 +179,9 @@ class RecordingEnv:
     :param fps: Frames per second of the file; default: the task's ``metadata["render_fps"]``, else 30.
     """
 
-    def __init__(self, env: Any, folder: str | Path, *, video_length: int, video_interval: int | None,
-                 fps: float | None = None) -> None:
+    def __init__(
+        self, env: Any, folder: str | Path, *, video_length: int, video_interval: int | None, fps: float | None = None
+    ) -> None:
         check_settings(video_length, video_interval if video_interval is not None else 1)
         self.__dict__["_wrapped"] = env  # set before anything else: __getattr__ reads it
         self._source = getattr(env, "_env", env)

@@ -74,13 +74,22 @@ def start_run(settings: WandbSettings, config: dict[str, Any], run_dir: str | Pa
     id_file = run_dir / RUN_ID_FILE
     run_id = id_file.read_text().strip() if id_file.is_file() else _new_id()
     try:
-        run = wandb.init(project=settings.project, entity=settings.entity, group=settings.group,
-                         name=settings.name or run_dir.name, config=config, dir=str(run_dir), id=run_id,
-                         resume="allow")
+        run = wandb.init(
+            project=settings.project,
+            entity=settings.entity,
+            group=settings.group,
+            name=settings.name or run_dir.name,
+            config=config,
+            dir=str(run_dir),
+            id=run_id,
+            resume="allow",
+        )
     except Exception as error:  # wandb raises its own errors, and network ones, from its service process
         message = " ".join(str(error).split())[:300]
-        raise WandbError(f"wandb_activate=true: W&B could not start the run ({type(error).__name__}: {message}); "
-                         "WANDB_MODE=offline logs without a network") from None
+        raise WandbError(
+            f"wandb_activate=true: W&B could not start the run ({type(error).__name__}: {message}); "
+            "WANDB_MODE=offline logs without a network"
+        ) from None
     id_file.write_text(run_id + "\n")
     return run
 
@@ -107,8 +116,11 @@ class MirroredWriter:
 
     def add_scalar(self, *args: Any, **kwargs: Any) -> Any:
         result = self._writer.add_scalar(*args, **kwargs)
-        names = ("tag", "value", "timestep") if "timestep" in kwargs or "value" in kwargs else (
-            "tag", "scalar_value", "global_step")
+        names = (
+            ("tag", "value", "timestep")
+            if "timestep" in kwargs or "value" in kwargs
+            else ("tag", "scalar_value", "global_step")
+        )
         bound = dict(zip(names, args), **kwargs)
         tag = bound["tag"]
         value = bound.get("value", bound.get("scalar_value"))

@@ -130,7 +130,11 @@ class Cartpole(VecTask):
             frame[ground - int(0.15 * scale) : ground + 2, max(0, col - 1) : col + 2] = (200, 40, 40)
         cart_col, cart_top = to_col(x), ground - 0.25 * scale
         half_w = 0.25 * scale
-        frame[int(cart_top) : ground, max(0, int(cart_col - half_w)) : max(0, int(cart_col + half_w) + 1)] = (40, 70, 160)
+        frame[int(cart_top) : ground, max(0, int(cart_col - half_w)) : max(0, int(cart_col + half_w) + 1)] = (
+            40,
+            70,
+            160,
+        )
         # the pole: a segment from the pivot (top centre of the cart), angle 0 upright, positive towards +x; only
         # the pixels of its bounding box are tested
         length, thickness = 2 * self.POLE_HALF_LENGTH * scale, max(2.0, 0.03 * scale)

@@ -58,8 +58,16 @@ def run(agent: PPO, steps: int, *, seed: int = 0, num_envs: int = 8, horizon: in
             actions, _ = agent.act(obs, None, timestep=t, timesteps=steps)
             next_obs, rewards, terminated, truncated = env.step(actions)
             agent.record_transition(
-                observations=obs, states=None, actions=actions, rewards=rewards, next_observations=next_obs,
-                next_states=None, terminated=terminated, truncated=truncated, timestep=t, timesteps=steps,
+                observations=obs,
+                states=None,
+                actions=actions,
+                rewards=rewards,
+                next_observations=next_obs,
+                next_states=None,
+                terminated=terminated,
+                truncated=truncated,
+                timestep=t,
+                timesteps=steps,
                 # LinearEnv returns the episode's last observation and resets after it (as OmniIsaacGymEnvs):
                 # it is the final one, what SFPPPO's time-limit bootstrap uses (skrl's uses next_obs: the same)
                 infos={"final_observations": next_obs},

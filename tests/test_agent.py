@@ -27,12 +27,25 @@ from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 
 UNITS = (16, 16)
 SETTINGS = {
-    "rollouts": 8, "learning_epochs": 3, "mini_batches": 4, "learning_rate": 1e-3, "discount_factor": 0.99, "gae_lambda": 0.95,
-    "learning_rate_scheduler": KLAdaptiveLR, "learning_rate_scheduler_kwargs": {"kl_threshold": 0.008},
-    "observation_preprocessor": RunningStandardScaler, "observation_preprocessor_kwargs": {"size": BOX_OBS, "device": "cpu"},
-    "value_preprocessor": RunningStandardScaler, "value_preprocessor_kwargs": {"size": 1, "device": "cpu"},
-    "grad_norm_clip": 0.5, "ratio_clip": 0.2, "value_clip": 0.2, "entropy_loss_scale": 0.01, "value_loss_scale": 2.0,
-    "time_limit_bootstrap": True, "rewards_shaper": lambda rewards, timestep, timesteps: rewards * 0.1,
+    "rollouts": 8,
+    "learning_epochs": 3,
+    "mini_batches": 4,
+    "learning_rate": 1e-3,
+    "discount_factor": 0.99,
+    "gae_lambda": 0.95,
+    "learning_rate_scheduler": KLAdaptiveLR,
+    "learning_rate_scheduler_kwargs": {"kl_threshold": 0.008},
+    "observation_preprocessor": RunningStandardScaler,
+    "observation_preprocessor_kwargs": {"size": BOX_OBS, "device": "cpu"},
+    "value_preprocessor": RunningStandardScaler,
+    "value_preprocessor_kwargs": {"size": 1, "device": "cpu"},
+    "grad_norm_clip": 0.5,
+    "ratio_clip": 0.2,
+    "value_clip": 0.2,
+    "entropy_loss_scale": 0.01,
+    "value_loss_scale": 2.0,
+    "time_limit_bootstrap": True,
+    "rewards_shaper": lambda rewards, timestep, timesteps: rewards * 0.1,
 }
 
 
@@ -47,8 +60,10 @@ def one_thread():
 def make_models(kind: str) -> dict:
     torch.manual_seed(7)
     if kind == "separate":
-        return {"policy": GaussianActor(BOX_OBS, BOX_ACT, "cpu", units=UNITS),
-                "value": ValueCritic(BOX_OBS, BOX_ACT, "cpu", units=UNITS)}
+        return {
+            "policy": GaussianActor(BOX_OBS, BOX_ACT, "cpu", units=UNITS),
+            "value": ValueCritic(BOX_OBS, BOX_ACT, "cpu", units=UNITS),
+        }
     model = SharedActorCritic(BOX_OBS, BOX_ACT, "cpu", units=UNITS, single_forward_pass=kind == "shared-sfp")
     return {"policy": model, "value": model}
 
@@ -81,8 +96,13 @@ def test_our_update_is_skrls_bit_for_bit(kind):
     ours, our_tracked = train(SFPPPO, copy.deepcopy(models), updates=3)
 
     for update, (theirs, mine) in enumerate(zip(skrl_tracked, our_tracked)):
-        for tag in ("Loss / Policy loss", "Loss / Value loss", "Loss / Entropy loss", "Policy / Standard deviation",
-                    "Learning / Learning rate"):
+        for tag in (
+            "Loss / Policy loss",
+            "Loss / Value loss",
+            "Loss / Entropy loss",
+            "Policy / Standard deviation",
+            "Learning / Learning rate",
+        ):
             assert mine[tag] == theirs[tag], f"update {update}: {tag} {mine[tag]} != skrl's {theirs[tag]}"
     assert torch.equal(flat_parameters(ours), flat_parameters(skrl_agent))
     assert ours.optimizer.param_groups[0]["lr"] == skrl_agent.optimizer.param_groups[0]["lr"]
@@ -118,8 +138,13 @@ def test_fused_adam_with_the_clip_in_its_step_moves_parameters_as_clip_then_adam
     of multiplying by its inverse: a few roundings of relative size 2**-24 each (16 allowed) on a quantity of
     size <= lr, plus one rounding of the parameter itself (1 ulp)."""
     models = make_models("shared-sfp")
-    settings = {"learning_epochs": 1, "mini_batches": 1, "grad_norm_clip": 1e-3, "learning_rate_scheduler": None,
-                    "learning_rate_scheduler_kwargs": {}}
+    settings = {
+        "learning_epochs": 1,
+        "mini_batches": 1,
+        "grad_norm_clip": 1e-3,
+        "learning_rate_scheduler": None,
+        "learning_rate_scheduler_kwargs": {},
+    }
     skrl_agent, skrl_tracked = train(PPO, copy.deepcopy(models), updates=1, **settings)
     fused = functools.partial(SFPPPO, fused_optimizer=True)
     agent, tracked = train(fused, copy.deepcopy(models), updates=1, **settings)
@@ -154,8 +179,11 @@ def test_state_dict_round_trip_restores_models_optimizer_normalisers_and_counter
     assert torch.equal(flat_parameters(fresh), flat_parameters(agent))
     assert fresh.optimizer.state_dict()["param_groups"] == agent.optimizer.state_dict()["param_groups"]
     assert torch.equal(fresh._observation_preprocessor.running_mean, agent._observation_preprocessor.running_mean)
-    assert (fresh._rollout, fresh.shareable_calls, fresh.sfp_stats) == (agent._rollout, agent.shareable_calls,
-                                                                       agent.sfp_stats)
+    assert (fresh._rollout, fresh.shareable_calls, fresh.sfp_stats) == (
+        agent._rollout,
+        agent.shareable_calls,
+        agent.sfp_stats,
+    )
     assert fresh.scheduler.get_last_lr() == agent.scheduler.get_last_lr()
 
 
@@ -164,11 +192,18 @@ def test_gae_by_hand():
     """One env, three steps, the episode ends after step 1; gamma 0.9, lambda 0.8:
     A2 = 3 - 1.5 + 0.9 * 2.0 = 3.3; A1 = 2 - 1.0 = 1.0 (done: no bootstrap);
     A0 = 1 - 0.5 + 0.9 * (1.0 + 0.8 * 1.0) = 2.12; returns = A + V."""
+
     def column(*xs):
         return torch.tensor(xs).view(-1, 1, 1)
-    returns, advantages = compute_gae(rewards=column(1.0, 2.0, 3.0), dones=column(False, True, False),
-                                      values=column(0.5, 1.0, 1.5), last_values=torch.tensor([[2.0]]),
-                                      discount_factor=0.9, gae_lambda=0.8)
+
+    returns, advantages = compute_gae(
+        rewards=column(1.0, 2.0, 3.0),
+        dones=column(False, True, False),
+        values=column(0.5, 1.0, 1.5),
+        last_values=torch.tensor([[2.0]]),
+        discount_factor=0.9,
+        gae_lambda=0.8,
+    )
     raw = [2.12, 1.0, 3.3]
     assert returns.flatten().tolist() == pytest.approx([2.62, 2.0, 4.8], abs=1e-6)
     mean, std = statistics.fmean(raw), statistics.stdev(raw)
@@ -178,8 +213,14 @@ def test_gae_by_hand():
 def test_gae_keeps_environments_apart_and_a_done_cuts_the_bootstrap():
     rewards = torch.ones(2, 2, 1)
     dones = torch.tensor([[[False], [True]], [[False], [False]]])
-    returns, _ = compute_gae(rewards=rewards, dones=dones, values=torch.zeros(2, 2, 1),
-                             last_values=torch.tensor([[10.0], [10.0]]), discount_factor=0.5, gae_lambda=1.0)
+    returns, _ = compute_gae(
+        rewards=rewards,
+        dones=dones,
+        values=torch.zeros(2, 2, 1),
+        last_values=torch.tensor([[10.0], [10.0]]),
+        discount_factor=0.5,
+        gae_lambda=1.0,
+    )
     # env 0: 1 + 0.5 * (1 + 0.5 * 10) = 4; env 1: done after step 0 -> 1; then 1 + 0.5 * 10 = 6
     assert returns[:, 0, 0].tolist() == [4.0, 6.0]
     assert returns[:, 1, 0].tolist() == [1.0, 6.0]
@@ -192,11 +233,24 @@ def test_gae_is_skrls_bitwise(bootstrap):
     terminated = torch.rand(16, 8, 1, generator=generator) < 0.1
     truncated = torch.rand(16, 8, 1, generator=generator) < 0.1
     last_values = torch.randn(8, 1, generator=generator)
-    theirs = skrl_compute_gae(rewards=rewards, terminated=terminated, truncated=truncated, values=values,
-                              last_values=last_values, discount_factor=0.99, lambda_coefficient=0.95,
-                              time_limit_bootstrap=bootstrap)
-    mine = compute_gae(rewards=rewards, dones=terminated | truncated if bootstrap else terminated, values=values,
-                       last_values=last_values, discount_factor=0.99, gae_lambda=0.95)
+    theirs = skrl_compute_gae(
+        rewards=rewards,
+        terminated=terminated,
+        truncated=truncated,
+        values=values,
+        last_values=last_values,
+        discount_factor=0.99,
+        lambda_coefficient=0.95,
+        time_limit_bootstrap=bootstrap,
+    )
+    mine = compute_gae(
+        rewards=rewards,
+        dones=terminated | truncated if bootstrap else terminated,
+        values=values,
+        last_values=last_values,
+        discount_factor=0.99,
+        gae_lambda=0.95,
+    )
     assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
 
 
@@ -213,6 +267,7 @@ def test_bounds_loss_is_rl_games_bound_loss_by_hand():
 def test_the_bound_loss_brings_a_runaway_policy_mean_back_and_scale_0_is_skrls_update():
     """A policy whose mean sits at 4 (beyond the [-1, 1] bounds): with the bound loss the updates pull it
     towards 1.1; without it (scale 0, skrl's PPO) they do not, and the update is skrl's bit for bit."""
+
     def runaway() -> dict:
         models = make_models("shared-sfp")
         with torch.no_grad():
@@ -221,7 +276,9 @@ def test_the_bound_loss_brings_a_runaway_policy_mean_back_and_scale_0_is_skrls_u
 
     def mean_action(agent) -> float:
         with torch.no_grad():
-            observations = agent._observation_preprocessor(torch.randn(256, 6, generator=torch.Generator().manual_seed(0)))
+            observations = agent._observation_preprocessor(
+                torch.randn(256, 6, generator=torch.Generator().manual_seed(0))
+            )
             return float(agent.policy.act({"observations": observations}, role="policy")[1]["mean_actions"].mean())
 
     without, _ = train(SFPPPO, runaway(), updates=3)

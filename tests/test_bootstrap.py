@@ -36,8 +36,16 @@ class Ramp(VecTask):
 
     def __init__(self, num_envs: int, seed: int = 0, *, max_episode_length: int = 4, stagger: bool = False):
         self.stagger = stagger
-        super().__init__(num_envs, "cpu", seed, max_episode_length=max_episode_length, observation_size=2,
-                         action_size=1, action_bound=1.0, validate_actions=False)
+        super().__init__(
+            num_envs,
+            "cpu",
+            seed,
+            max_episode_length=max_episode_length,
+            observation_size=2,
+            action_size=1,
+            action_bound=1.0,
+            validate_actions=False,
+        )
 
     def reset(self):
         observations, info = super().reset()
@@ -84,12 +92,19 @@ class LinearValue(DeterministicMixin, Model):
 def agent_for(env, models=None, **cfg) -> SFPPPO:
     space_obs, space_act = env.observation_space, env.action_space
     models = models or {"policy": Policy(space_obs, space_act), "value": LinearValue(space_obs, space_act)}
-    ppo_cfg = PPO_CFG(rollouts=64, learning_epochs=1, mini_batches=1, discount_factor=GAMMA,
-                      time_limit_bootstrap=True, **cfg)
+    ppo_cfg = PPO_CFG(
+        rollouts=64, learning_epochs=1, mini_batches=1, discount_factor=GAMMA, time_limit_bootstrap=True, **cfg
+    )
     ppo_cfg.experiment.write_interval = 0
     ppo_cfg.experiment.checkpoint_interval = 0
-    agent = SFPPPO(models=models, memory=RandomMemory(memory_size=64, num_envs=env.num_envs, device="cpu"),
-                   observation_space=space_obs, action_space=space_act, device="cpu", cfg=ppo_cfg)
+    agent = SFPPPO(
+        models=models,
+        memory=RandomMemory(memory_size=64, num_envs=env.num_envs, device="cpu"),
+        observation_space=space_obs,
+        action_space=space_act,
+        device="cpu",
+        cfg=ppo_cfg,
+    )
     agent.init()
     agent.enable_training_mode(True)
     return agent
@@ -103,9 +118,19 @@ def rollout(agent, env, steps: int):
         with torch.no_grad():
             actions, _ = agent.act(observations, None, timestep=t, timesteps=steps)
             next_observations, rewards, terminated, truncated, infos = env.step(actions)
-            agent.record_transition(observations=observations, states=None, actions=actions, rewards=rewards,
-                                    next_observations=next_observations, next_states=None, terminated=terminated,
-                                    truncated=truncated, infos=infos, timestep=t, timesteps=steps)
+            agent.record_transition(
+                observations=observations,
+                states=None,
+                actions=actions,
+                rewards=rewards,
+                next_observations=next_observations,
+                next_states=None,
+                terminated=terminated,
+                truncated=truncated,
+                infos=infos,
+                timestep=t,
+                timesteps=steps,
+            )
         stored = agent.memory.get_tensor_by_name("rewards")[t].clone()
         records.append((observations, next_observations, infos, stored, rewards, truncated))
         observations = next_observations
@@ -182,8 +207,10 @@ def test_gymnasium_bootstrap_uses_final_obs():
 def test_final_observations_of_gymnasium_info():
     space = gymnasium.spaces.Box(-1, 1, (2,), np.float32)
     next_obs = torch.zeros(3, 2)
-    info = {"final_obs": np.array([None, np.array([5.0, 6.0], np.float32), None], dtype=object),
-            "_final_obs": np.array([False, True, False])}
+    info = {
+        "final_obs": np.array([None, np.array([5.0, 6.0], np.float32), None], dtype=object),
+        "_final_obs": np.array([False, True, False]),
+    }
     final = final_observations(info, next_obs, space)
     torch.testing.assert_close(final, torch.tensor([[0.0, 0.0], [5.0, 6.0], [0.0, 0.0]]))
     assert next_obs.abs().sum() == 0  # not modified in place
@@ -204,8 +231,9 @@ def test_embedded_tasks_report_the_pre_reset_observation(task_class):
         twin_obs, *_ = twin.step(actions)
         done = (terminated | truncated).view(-1)
         torch.testing.assert_close(info[FINAL_OBSERVATIONS][~done], next_obs[~done], rtol=0, atol=0)
-        torch.testing.assert_close(info[FINAL_OBSERVATIONS][~terminated.view(-1)], twin_obs[~terminated.view(-1)],
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            info[FINAL_OBSERVATIONS][~terminated.view(-1)], twin_obs[~terminated.view(-1)], rtol=0, atol=0
+        )
     assert truncated.any() and not torch.equal(info[FINAL_OBSERVATIONS][done], next_obs[done])
 
 

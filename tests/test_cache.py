@@ -18,7 +18,9 @@ OBS, ACT = 6, 2
 def make_model(cache_check="auto", **kwargs) -> SharedActorCritic:
     torch.manual_seed(0)
     box = gymnasium.spaces.Box
-    return SharedActorCritic(box(-1, 1, (OBS,)), box(-1, 1, (ACT,)), "cpu", units=(32, 16), cache_check=cache_check, **kwargs)
+    return SharedActorCritic(
+        box(-1, 1, (OBS,)), box(-1, 1, (ACT,)), "cpu", units=(32, 16), cache_check=cache_check, **kwargs
+    )
 
 
 def uncached_trunk(model: SharedActorCritic, x: torch.Tensor) -> torch.Tensor:
@@ -448,7 +450,9 @@ def test_functional_call_with_fresh_parameters_never_hits_a_freed_address():
     with torch.no_grad():
         for _ in range(200):
             params = {name: torch.randn_like(p) for name, p in sfp.named_parameters()}
-            expected = torch.func.functional_call(sfp.trunk, {k.removeprefix("trunk."): v for k, v in params.items()}, (x,))
+            expected = torch.func.functional_call(
+                sfp.trunk, {k.removeprefix("trunk."): v for k, v in params.items()}, (x,)
+            )
             assert torch.equal(torch.func.functional_call(sfp, params, (x,)), expected)
             del params, expected
         params = {name: torch.randn_like(p) for name, p in sfp.named_parameters()}
@@ -522,11 +526,14 @@ class FunctionalDropout(nn.Module):
         return nn.functional.dropout(x, 0.3, self.training)
 
 
-@pytest.mark.parametrize("layer", [nn.RReLU(), FunctionalDropout(), NoisyLinear(8, 8),
-                                   nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True)],
-                         ids=["rrelu", "functional_dropout", "noisy", "attention_dropout"])
+@pytest.mark.parametrize(
+    "layer",
+    [nn.RReLU(), FunctionalDropout(), NoisyLinear(8, 8), nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True)],
+    ids=["rrelu", "functional_dropout", "noisy", "attention_dropout"],
+)
 def test_any_trunk_that_draws_random_numbers_is_computed_per_call(layer):
     """Both roles draw their own random numbers, and the stream stays aligned with the double pass."""
+
     class Trunk(nn.Module):
         def __init__(self):
             super().__init__()

@@ -53,10 +53,17 @@ from torch import nn
 from omni_sfp import SharedActorCritic
 
 OBS, ACT = 3, 2
-settings.register_profile("ci", max_examples=2000, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("soak", max_examples=20_000, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    max_examples=2000,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "soak", max_examples=20_000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 
 TALLY: Counter = Counter()  # sequences, operations, calls, hits, gradient checks, equal exceptions
@@ -74,8 +81,23 @@ def report():
 
 
 # -- the operations ------------------------------------------------------------------------------------------
-SOURCES = ("same", "same", "same", "clone", "view", "slice", "inplace_same_values", "inplace_new_values", "fresh",
-           "preprocessed", "preprocessed", "inference_tensor", "upstream", "detached", "requires_grad")
+SOURCES = (
+    "same",
+    "same",
+    "same",
+    "clone",
+    "view",
+    "slice",
+    "inplace_same_values",
+    "inplace_new_values",
+    "fresh",
+    "preprocessed",
+    "preprocessed",
+    "inference_tensor",
+    "upstream",
+    "detached",
+    "requires_grad",
+)
 # "same" and "preprocessed" (PPO's cases) weigh more; "upstream": the output of a layer with its own graph,
 # "detached": the last upstream input's detach() (equal content, no graph), "requires_grad": a fresh leaf
 ROLES = st.sampled_from(("policy", "value"))
@@ -131,8 +153,11 @@ def build(cache_check: str, trunk: str, optimizer: str) -> tuple:
         model.train(True)  # also empties the cache
         model.zero_grad(set_to_none=True)
     cached.reset_sfp_stats()
-    kind = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer.split("_")[0]] if "adamw" not in optimizer \
+    kind = (
+        {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer.split("_")[0]]
+        if "adamw" not in optimizer
         else torch.optim.AdamW
+    )
     return cached, twin, kind(cached.parameters(), lr=1e-2, **({"fused": True} if optimizer.endswith("fused") else {}))
 
 
@@ -190,8 +215,13 @@ def preprocess(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp((x - 0.1) / 1.5, -5.0, 5.0)
 
 
-@given(cache_check=st.sampled_from(("auto", "identity", "content")), trunk=st.sampled_from(TRUNKS),
-       optimizer=st.sampled_from(OPTIMIZERS), ops=st.lists(operations, min_size=1, max_size=24), data=st.data())
+@given(
+    cache_check=st.sampled_from(("auto", "identity", "content")),
+    trunk=st.sampled_from(TRUNKS),
+    optimizer=st.sampled_from(OPTIMIZERS),
+    ops=st.lists(operations, min_size=1, max_size=24),
+    data=st.data(),
+)
 @settings(settings.get_profile(PROFILE))
 def test_every_output_and_gradient_matches_the_uncached_twin(cache_check, trunk, optimizer, ops, data):
     cached, twin, opt = build(cache_check, trunk, optimizer)
@@ -297,7 +327,9 @@ def test_every_output_and_gradient_matches_the_uncached_twin(cache_check, trunk,
                 for a, b in zip(got, expected):
                     same = a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
                     assert same, f"{op} {role}: outputs differ"
-                assert torch.equal(rng_cached, torch.default_generator.get_state()), f"{op} {role}: random stream shifted"
+                assert torch.equal(rng_cached, torch.default_generator.get_state()), (
+                    f"{op} {role}: random stream shifted"
+                )
                 if got[0].requires_grad:
                     pending.extend(zip(got, expected))
                     state["bf16"] |= autocast

@@ -20,8 +20,15 @@ from omni_sfp.registry import make_env
 from omni_sfp.run_folder import Checkpoints
 from omni_sfp.runner import build_agent, build_models
 
-SMALL = ["task=Cartpole", "num_envs=8", "train.models.units=[16,16]", "train.ppo.rollouts=4",
-         "train.ppo.mini_batches=2", "train.ppo.learning_epochs=1", "task.env.max_episode_length=6"]
+SMALL = [
+    "task=Cartpole",
+    "num_envs=8",
+    "train.models.units=[16,16]",
+    "train.ppo.rollouts=4",
+    "train.ppo.mini_batches=2",
+    "train.ppo.learning_epochs=1",
+    "task.env.max_episode_length=6",
+]
 CPU = torch.device("cpu")
 
 
@@ -108,8 +115,10 @@ def test_another_format_version_is_refused_in_one_line_naming_both_versions(tmp_
     with pytest.raises(ckpt.CheckpointError) as error:
         ckpt.load(old)
     message = str(error.value)
-    assert message == (f"checkpoint {old}: not an omni-sfp checkpoint (format 'omni_sfp.checkpoint/1', this version "
-                       f"reads '{ckpt.FORMAT}')")
+    assert message == (
+        f"checkpoint {old}: not an omni-sfp checkpoint (format 'omni_sfp.checkpoint/1', this version "
+        f"reads '{ckpt.FORMAT}')"
+    )
     incomplete = ckpt.save_atomic({"agent": {}, "iteration": 1}, tmp_path / "incomplete.pt")
     with pytest.raises(ckpt.CheckpointError, match=r"incomplete, missing timestep, local, config$"):
         ckpt.load(incomplete)
@@ -185,8 +194,9 @@ def test_models_only_restores_acting_and_leaves_the_run_where_it_is(tmp_path):
 
 
 def test_best_pt_holds_the_best_iteration_and_is_written_with_the_next_checkpoint(tmp_path):
-    learner, checkpoints = build(tmp_path, "max_iterations=5", "train.checkpoint_interval=2",
-                                 "train.keep_checkpoints=1", seed=0)
+    learner, checkpoints = build(
+        tmp_path, "max_iterations=5", "train.checkpoint_interval=2", "train.keep_checkpoints=1", seed=0
+    )
     returns = {}
     learner.log = lambda progress, losses: returns.__setitem__(progress.iteration, progress.mean_return)
     learner.learn()

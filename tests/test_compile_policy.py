@@ -20,18 +20,19 @@ COST = CompileCost(compile_s=20.0, saving=0.10, source="hand-made")
 
 def test_auto_compiles_exactly_when_the_saving_over_the_run_exceeds_the_compile_cost():
     # 100 iterations x 2.5 s x 10% = 25 s > 20 s; 80 x 2.5 x 10% = 20 s is not more than 20 s
-    yes = decide_compile("auto", iterations_left=100, iteration_s=2.5, device_type="cpu", mixed_precision=True,
-                         cost=COST)
-    no = decide_compile("auto", iterations_left=80, iteration_s=2.5, device_type="cpu", mixed_precision=True,
-                        cost=COST)
+    yes = decide_compile(
+        "auto", iterations_left=100, iteration_s=2.5, device_type="cpu", mixed_precision=True, cost=COST
+    )
+    no = decide_compile("auto", iterations_left=80, iteration_s=2.5, device_type="cpu", mixed_precision=True, cost=COST)
     assert yes.compile and "25.0 s > 20.0 s" in yes.reason and "\n" not in yes.reason
     assert not no.compile and "20.0 s <= 20.0 s" in no.reason
 
 
 def test_explicit_settings_and_unmeasured_devices():
     assert decide_compile(True, iterations_left=1, iteration_s=0.1, device_type="cpu", mixed_precision=False).compile
-    assert not decide_compile(False, iterations_left=10**6, iteration_s=9.0, device_type="cpu",
-                              mixed_precision=True).compile
+    assert not decide_compile(
+        False, iterations_left=10**6, iteration_s=9.0, device_type="cpu", mixed_precision=True
+    ).compile
     cuda = decide_compile("auto", iterations_left=10**6, iteration_s=9.0, device_type="cuda", mixed_precision=True)
     assert not cuda.compile and "no measured compile cost for cuda" in cuda.reason
     measured = MEASURED["cpu", True]
@@ -80,8 +81,9 @@ def test_auto_is_the_default():
     assert load_config([]).train.models.compile == "auto" == schema.setting("train.models.compile").default
 
 
-@pytest.mark.parametrize("text, shown", [("sometimes", "'sometimes'"), ("1", "1"), ("'true'", "'true'"),
-                                         ("[auto]", "['auto']")])
+@pytest.mark.parametrize(
+    "text, shown", [("sometimes", "'sometimes'"), ("1", "1"), ("'true'", "'true'"), ("[auto]", "['auto']")]
+)
 def test_other_values_are_one_line_naming_what_is_allowed(text, shown):
     with pytest.raises(ConfigError) as error:
         load_config([f"train.models.compile={text}"])
@@ -94,16 +96,25 @@ def runner_for(tmp_path, *overrides):
 
 
 def progress(iteration, seconds):
-    return Progress(iteration=iteration, timestep=0, sps=0.0, mean_return=None, mean_length=None, sfp_hit_rate=1.0,
-                    rollout_s=seconds / 4, update_s=3 * seconds / 4)
+    return Progress(
+        iteration=iteration,
+        timestep=0,
+        sps=0.0,
+        mean_return=None,
+        mean_length=None,
+        sfp_hit_rate=1.0,
+        rollout_s=seconds / 4,
+        update_s=3 * seconds / 4,
+    )
 
 
 def test_the_default_cartpole_run_decides_eager_after_two_iterations_and_says_why_once(tmp_path, capsys):
     runner = runner_for(tmp_path, "max_iterations=3")
     summary = runner.train()
     lines = [line for line in capsys.readouterr().out.splitlines() if "train.models.compile" in line]
-    assert len(lines) == 1 and lines[0].startswith("[omni_sfp] iteration 2: train.models.compile=auto: eager, "
-                                                   "1 iterations x "), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        "[omni_sfp] iteration 2: train.models.compile=auto: eager, 1 iterations x "
+    ), lines
     second, cost = summary.history[1], MEASURED["cpu", runner.cfg.train.mixed_precision]
     assert f"{second.rollout_s + second.update_s:.2f} s x {100 * cost.saving:.1f}% saved" in lines[0]
     assert runner.auto_compile.decision.compile is False and runner.auto_compile.iteration == 2
@@ -119,10 +130,13 @@ def test_auto_compiles_every_network_when_the_run_pays_it_back(tmp_path, capsys,
     tune(progress(1, 9.0))  # the first iteration is not measured
     assert tune.decision is None
     tune(progress(2, 1.0))  # 300 x 1 s x 10% = 30 s > 20 s
-    assert tune.decision.compile and "compiling, 300 iterations x 1.00 s x 10.0% saved = 30.0 s > 20.0 s" \
-        in capsys.readouterr().out
-    networks = [runner.models[role].net for role in ("policy", "value")] if separate \
-        else [runner.models["policy"].trunk.trunk]
+    assert (
+        tune.decision.compile
+        and "compiling, 300 iterations x 1.00 s x 10.0% saved = 30.0 s > 20.0 s" in capsys.readouterr().out
+    )
+    networks = (
+        [runner.models[role].net for role in ("policy", "value")] if separate else [runner.models["policy"].trunk.trunk]
+    )
     assert all(is_compiled(network) for network in networks)
     tune(progress(3, 1.0))  # decided once
     assert capsys.readouterr().out == ""
@@ -146,13 +160,19 @@ def _has_cpp_compiler() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_cpp_compiler(), reason="inductor compiles C++ on CPU: no g++ or clang++ here")
-def test_a_run_compiled_by_auto_trains_on_with_every_trunk_call_a_cache_hit_and_resumes_eager(tmp_path, capsys,
-                                                                                              monkeypatch):
+def test_a_run_compiled_by_auto_trains_on_with_every_trunk_call_a_cache_hit_and_resumes_eager(
+    tmp_path, capsys, monkeypatch
+):
     import torch._dynamo
 
     monkeypatch.setitem(MEASURED, ("cpu", False), CompileCost(compile_s=0.0, saving=0.5, source="hand-made"))
-    small = ["num_envs=16", "train.models.units=[16,16]", "train.ppo.rollouts=4", "train.ppo.mini_batches=2",
-             "train.ppo.learning_epochs=2"]
+    small = [
+        "num_envs=16",
+        "train.models.units=[16,16]",
+        "train.ppo.rollouts=4",
+        "train.ppo.mini_batches=2",
+        "train.ppo.learning_epochs=2",
+    ]
     runner = runner_for(tmp_path, *small, "max_iterations=4")
     frames = torch._dynamo.utils.counters["frames"]["ok"]
     summary = runner.train()
@@ -162,8 +182,9 @@ def test_a_run_compiled_by_auto_trains_on_with_every_trunk_call_a_cache_hit_and_
     assert summary.iterations == 4 and summary.sfp_hit_rate == 1.0
     assert all(p.sfp_hit_rate == 1.0 for p in summary.history)
     # its checkpoint holds the eager names: an eager run resumes it
-    eager = runner_for(tmp_path, *small, "train.models.compile=false", "max_iterations=6",
-                       f"checkpoint={summary.checkpoint}")
+    eager = runner_for(
+        tmp_path, *small, "train.models.compile=false", "max_iterations=6", f"checkpoint={summary.checkpoint}"
+    )
     eager.load_state_dict(eager._resume_state, source=summary.checkpoint)
     trained = runner.models["policy"].state_dict()
     assert all(torch.equal(value, trained[name]) for name, value in eager.models["policy"].state_dict().items())
@@ -172,13 +193,16 @@ def test_a_run_compiled_by_auto_trains_on_with_every_trunk_call_a_cache_hit_and_
 def test_auto_stays_eager_on_cpu_without_a_cpp_compiler(monkeypatch):
     """Inductor needs a C++ compiler on CPU: auto must not pick a compile that would fail mid-run."""
     monkeypatch.setenv("CXX", "/nonexistent/c++")
-    decision = decide_compile("auto", iterations_left=10**6, iteration_s=9.0, device_type="cpu", mixed_precision=True,
-                              cost=COST)
+    decision = decide_compile(
+        "auto", iterations_left=10**6, iteration_s=9.0, device_type="cpu", mixed_precision=True, cost=COST
+    )
     assert not decision.compile and "no C++ compiler" in decision.reason
     monkeypatch.delenv("CXX")
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert not decide_compile("auto", iterations_left=10**6, iteration_s=9.0, device_type="cpu",
-                              mixed_precision=True, cost=COST).compile
-    cuda = decide_compile("auto", iterations_left=10**6, iteration_s=9.0, device_type="cuda", mixed_precision=True,
-                          cost=COST)
+    assert not decide_compile(
+        "auto", iterations_left=10**6, iteration_s=9.0, device_type="cpu", mixed_precision=True, cost=COST
+    ).compile
+    cuda = decide_compile(
+        "auto", iterations_left=10**6, iteration_s=9.0, device_type="cuda", mixed_precision=True, cost=COST
+    )
     assert cuda.compile  # on CUDA inductor writes Triton kernels: no host compiler question

@@ -24,11 +24,20 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.slow,  # torchrun
-    pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
-                       reason="this torch has no gloo backend"),
+    pytest.mark.skipif(
+        not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+        reason="this torch has no gloo backend",
+    ),
 ]
-COMMON = ["task=LQR60x8", "train.models.units=[32,32]", "train.ppo.rollouts=16", "train.ppo.mini_batches=2",
-          "train.ppo.learning_epochs=4", "task.env.max_episode_length=32", "seed=3"]
+COMMON = [
+    "task=LQR60x8",
+    "train.models.units=[32,32]",
+    "train.ppo.rollouts=16",
+    "train.ppo.mini_batches=2",
+    "train.ppo.learning_epochs=4",
+    "task.env.max_episode_length=32",
+    "seed=3",
+]
 ITERATIONS = 16
 NAN_ITERATIONS, NAN_STEP = 3, 20  # rank 1's env step 20: iteration 2
 
@@ -55,8 +64,11 @@ def _worker(out: Path) -> None:
 
     def recording_update(self, *, timestep, timesteps):
         update(self, timestep=timestep, timesteps=timesteps)
-        normalisers = [b for name in ("observation_preprocessor", "value_preprocessor")
-                       for b in self.checkpoint_modules[name].buffers()]
+        normalisers = [
+            b
+            for name in ("observation_preprocessor", "value_preprocessor")
+            for b in self.checkpoint_modules[name].buffers()
+        ]
         records["updates"].append([_digest(*self.policy.parameters()), _digest(*normalisers)])
 
     train = runner_module.Runner.train
@@ -94,8 +106,15 @@ def _worker(out: Path) -> None:
         return env
 
     runner_module.make_env = nan_on_rank_1
-    code = main([*COMMON, "num_envs=32", f"max_iterations={NAN_ITERATIONS}", "train.check_finite=skip",
-                 f"runs_dir={out / 'nan_runs'}"])
+    code = main(
+        [
+            *COMMON,
+            "num_envs=32",
+            f"max_iterations={NAN_ITERATIONS}",
+            "train.check_finite=skip",
+            f"runs_dir={out / 'nan_runs'}",
+        ]
+    )
     assert code == 0, code
     (out / f"rank{rank}.json").write_text(json.dumps(records))
     teardown()
@@ -106,7 +125,10 @@ def launch(tmp_path_factory):
     out = tmp_path_factory.mktemp("distributed")
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__, str(out)],
-        cwd=out, capture_output=True, text=True, timeout=240,
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=240,
         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -123,8 +145,9 @@ def single_process(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        cfg = load_config([*COMMON, "num_envs=64", f"max_iterations={ITERATIONS}",
-                           f"runs_dir={tmp_path_factory.mktemp('single')}"])
+        cfg = load_config(
+            [*COMMON, "num_envs=64", f"max_iterations={ITERATIONS}", f"runs_dir={tmp_path_factory.mktemp('single')}"]
+        )
         summary = Runner(cfg, disable_progressbar=True).train()
     finally:
         torch.set_num_threads(threads)
@@ -145,8 +168,10 @@ def test_a_nan_on_one_rank_makes_every_rank_skip_that_update(launch):
     first, skipped, third = rank0["updates"][ITERATIONS:]
     assert skipped == first != third  # iteration 2's update was dropped on both ranks, iteration 3's ran
     # rank 0 reports (and would raise with) rank 1's finding
-    assert ("update skipped (1 so far): non-finite rewards at env step 20 (iteration 2, step 5 of 16 in the "
-            "rollout), env index 3 on rank 1") in result.stderr
+    assert (
+        "update skipped (1 so far): non-finite rewards at env step 20 (iteration 2, step 5 of 16 in the "
+        "rollout), env index 3 on rank 1"
+    ) in result.stderr
 
 
 def test_rank_0_alone_writes_the_run_folder(launch):

@@ -12,8 +12,16 @@ class FallsEarly(VecTask):
 
     def __init__(self, num_envs: int, *, max_episode_length: int = 10, short: int = 2):
         self.short = short
-        super().__init__(num_envs, "cpu", 0, max_episode_length=max_episode_length, observation_size=1,
-                         action_size=1, action_bound=1.0, validate_actions=False)
+        super().__init__(
+            num_envs,
+            "cpu",
+            0,
+            max_episode_length=max_episode_length,
+            observation_size=1,
+            action_size=1,
+            action_bound=1.0,
+            validate_actions=False,
+        )
 
     def _sample_initial_state(self):
         return torch.zeros(self.num_envs, 1)

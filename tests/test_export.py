@@ -22,8 +22,15 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:D
 
 U = 2.0**-24  # float32 unit roundoff
 # largest slope of each activation (ELU with alpha=1, SELU: scale * alpha at 0-, SiLU and GELU: their maxima)
-LIPSCHITZ = {nn.ELU: 1.0, nn.ReLU: 1.0, nn.Tanh: 1.0, nn.LeakyReLU: 1.0, nn.SELU: 1.7581, nn.SiLU: 1.0998,
-             nn.GELU: 1.1290}
+LIPSCHITZ = {
+    nn.ELU: 1.0,
+    nn.ReLU: 1.0,
+    nn.Tanh: 1.0,
+    nn.LeakyReLU: 1.0,
+    nn.SELU: 1.7581,
+    nn.SiLU: 1.0998,
+    nn.GELU: 1.1290,
+}
 
 
 def rounding_bound(module: DeployedPolicy, observations: torch.Tensor) -> torch.Tensor:
@@ -36,13 +43,17 @@ def rounding_bound(module: DeployedPolicy, observations: torch.Tensor) -> torch.
     ``exp(x) - 1`` cancels near 0). Errors carried in are amplified by |W| and by the activation's slope; the
     final clamp is 1-Lipschitz. Computed in float64 from the float32 weights.
     """
+
     def gamma(k: int) -> float:
         return k * U / (1 - k * U)
 
     x = observations.double()
     if module.normalize:
-        z = torch.clamp((x - module.obs_mean.double()) / (module.obs_std.double() + module.epsilon),
-                        -module.clip_threshold, module.clip_threshold)
+        z = torch.clamp(
+            (x - module.obs_mean.double()) / (module.obs_std.double() + module.epsilon),
+            -module.clip_threshold,
+            module.clip_threshold,
+        )
     else:
         z = x
     h, error = z, 2 * U * z.abs()
@@ -94,11 +105,14 @@ def build(kind: str, obs: int, act: int, bounded: bool):
     return policy, action_space
 
 
-@pytest.mark.parametrize("kind, obs, act, bounded, normalized", [
-    ("shared", 4, 1, True, True),  # Cartpole's shape and bounds
-    ("separate", 60, 8, False, True),  # LQR60x8's: unbounded actions
-    ("shared", 7, 3, True, False),  # observation_normalization=false
-])
+@pytest.mark.parametrize(
+    "kind, obs, act, bounded, normalized",
+    [
+        ("shared", 4, 1, True, True),  # Cartpole's shape and bounds
+        ("separate", 60, 8, False, True),  # LQR60x8's: unbounded actions
+        ("shared", 7, 3, True, False),  # observation_normalization=false
+    ],
+)
 def test_exported_files_give_the_checkpoint_actions(tmp_path, kind, obs, act, bounded, normalized):
     onnxruntime = pytest.importorskip("onnxruntime", reason="pip install omni-sfp[export]")
     generator = torch.Generator().manual_seed(0)
@@ -117,7 +131,9 @@ def test_exported_files_give_the_checkpoint_actions(tmp_path, kind, obs, act, bo
         bound = rounding_bound(module, observations)
         if bounded and batch > 1:
             saturated = (expected.abs() == 1.0).float().mean().item()
-            assert 0.05 < saturated < 0.95, f"{saturated:.2f} clipped: the test should exercise both clipped and free actions"
+            assert 0.05 < saturated < 0.95, (
+                f"{saturated:.2f} clipped: the test should exercise both clipped and free actions"
+            )
         with torch.no_grad():
             from_torchscript = scripted(observations)
         from_onnx = torch.from_numpy(session.run(["actions"], {"observations": observations.numpy()})[0])

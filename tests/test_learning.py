@@ -20,7 +20,8 @@ REGRESSION_RATIO = 1.35  # cost over the Riccati optimum's that counts as a lear
 @pytest.mark.slow
 def test_default_config_brings_lqr_near_the_riccati_optimum(tmp_path):
     configs = select_configs("sfp-fp32")
-    lqr = run_quality(tasks=["LQR60x8"], seeds=[0], device="cpu", runs_dir=tmp_path, iterations=None,
-                      log=print, configs=configs)["LQR60x8"]
+    lqr = run_quality(
+        tasks=["LQR60x8"], seeds=[0], device="cpu", runs_dir=tmp_path, iterations=None, log=print, configs=configs
+    )["LQR60x8"]
     (final,) = lqr["configs"]["single pass, fp32"]["final_returns"]
     assert final >= REGRESSION_RATIO * lqr["optimal_return"], (final, lqr["optimal_return"])

@@ -41,11 +41,14 @@ def test_gymnasium_ids_only_when_asked(capsys):
 
 
 @pytest.mark.slow  # a subprocess each
-@pytest.mark.parametrize("args, message", [(["--kind", "Cartpol"], "invalid choice: 'Cartpol'"),
-                                           (["--bogus"], "unrecognized arguments: --bogus")])
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--kind", "Cartpol"], "invalid choice: 'Cartpol'"), (["--bogus"], "unrecognized arguments: --bogus")],
+)
 def test_misuse_is_one_line_and_exit_2(args, message):
-    result = subprocess.run([sys.executable, "-m", "omni_sfp.list_tasks", *args], capture_output=True, text=True,
-                            cwd=ROOT, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "omni_sfp.list_tasks", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("omni_sfp.list_tasks: error: ")
     assert message in result.stderr
@@ -54,14 +57,14 @@ def test_misuse_is_one_line_and_exit_2(args, message):
 # OmniIsaacGymEnvs 4.0.0's own layout, reduced to what the listing reads: utils/task_util.py imports each task
 # class and maps names to them; a task class sets self._num_observations / self._num_actions in __init__
 # (omniisaacgymenvs/tasks/cartpole.py: literals; tasks/shadow_hand.py: chosen by the config's observation type).
-TASK_UTIL = '''
+TASK_UTIL = """
 def import_tasks():
     from omniisaacgymenvs.tasks.cartpole import CartpoleTask
     from omniisaacgymenvs.tasks.shadow_hand import ShadowHandTask
     task_map = {"Cartpole": CartpoleTask, "ShadowHand": ShadowHandTask, "ShadowHandOpenAI_FF": ShadowHandTask}
     return task_map
-'''
-CARTPOLE = '''
+"""
+CARTPOLE = """
 class CartpoleTask(RLTask):
     def __init__(self, name, sim_config, env, offset=None) -> None:
         self.update_config(sim_config)
@@ -69,8 +72,8 @@ class CartpoleTask(RLTask):
         self._num_observations = 4
         self._num_actions = 1
         RLTask.__init__(self, name, env)
-'''
-SHADOW_HAND = '''
+"""
+SHADOW_HAND = """
 class ShadowHandTask(InHandManipulationTask):
     def __init__(self, name, sim_config, env, offset=None) -> None:
         self.obs_type = self._task_cfg["env"]["observationType"]
@@ -79,7 +82,7 @@ class ShadowHandTask(InHandManipulationTask):
         else:
             self._num_observations = 157
         self._num_actions = 20
-'''
+"""
 
 
 def test_oige_tasks_are_read_from_its_files(tmp_path):
@@ -98,14 +101,19 @@ def test_oige_tasks_are_read_from_its_files(tmp_path):
     assert (rows["OIGE-Cartpole"].observations, rows["OIGE-Cartpole"].actions) == (4, 1)
     assert (rows["ShadowHand"].observations, rows["ShadowHand"].actions) == (None, 20)  # set by the config
     assert rows["ShadowHand"].config == f"{package}/cfg/task/ShadowHand.yaml + cfg/train/ShadowHandPPO.yaml"
-    assert list_tasks.format_table([rows["ShadowHand"]]).splitlines()[1].split()[:4] == ["ShadowHand", "oige", "-", "20"]
+    assert list_tasks.format_table([rows["ShadowHand"]]).splitlines()[1].split()[:4] == [
+        "ShadowHand",
+        "oige",
+        "-",
+        "20",
+    ]
 
 
 # Isaac Lab 3's registration (isaaclab_tasks/core/cartpole/__init__.py): importing the package registers ids
 # with gym.register(id=..., entry_point=..., kwargs={"env_cfg_entry_point": ..., "skrl_cfg_entry_point": ...});
 # a direct workflow's env config class states observation_space and action_space as ints, which Isaac Lab's
 # @configclass (isaaclab/utils/configclass.py) turns into dataclass fields with default factories.
-ISAACLAB_TASKS = '''
+ISAACLAB_TASKS = """
 import dataclasses
 import gymnasium as gym
 
@@ -122,7 +130,7 @@ gym.register(id="Isaac-FakeCartpole-Direct", entry_point="isaaclab.envs:DirectRL
                      "skrl_cfg_entry_point": "isaaclab_tasks.core.cartpole.agents:skrl_direct_ppo_cfg.yaml"})
 gym.register(id="Isaac-FakeAnt", entry_point="isaaclab.envs:ManagerBasedRLEnv", disable_env_checker=True,
              kwargs={"env_cfg_entry_point": AntEnvCfg})
-'''
+"""
 
 
 def test_isaaclab_ids_are_listed_when_isaaclab_tasks_is_installed(tmp_path, monkeypatch):
@@ -139,8 +147,13 @@ def test_isaaclab_ids_are_listed_when_isaaclab_tasks_is_installed(tmp_path, monk
             gymnasium.registry.pop(task_id, None)
         sys.modules.pop("isaaclab_tasks", None)
     assert rows["Isaac-FakeCartpole-Direct"] == TaskRow(
-        "Isaac-FakeCartpole-Direct", "isaaclab", 4, 1,
-        "isaaclab_tasks:CartpoleEnvCfg + isaaclab_tasks.core.cartpole.agents:skrl_direct_ppo_cfg.yaml", "Isaac Lab")
+        "Isaac-FakeCartpole-Direct",
+        "isaaclab",
+        4,
+        1,
+        "isaaclab_tasks:CartpoleEnvCfg + isaaclab_tasks.core.cartpole.agents:skrl_direct_ppo_cfg.yaml",
+        "Isaac Lab",
+    )
     assert (rows["Isaac-FakeAnt"].observations, rows["Isaac-FakeAnt"].config) == (None, "isaaclab_tasks:AntEnvCfg")
 
 

@@ -13,8 +13,15 @@ from omni_sfp.progress import ProgressOutput
 from omni_sfp.registry import make_env
 from omni_sfp.runner import build_agent, build_models
 
-SMALL = ["task=Cartpole", "num_envs=8", "train.models.units=[16,16]", "train.ppo.rollouts=4",
-         "train.ppo.mini_batches=2", "train.ppo.learning_epochs=1", "task.env.max_episode_length=6"]
+SMALL = [
+    "task=Cartpole",
+    "num_envs=8",
+    "train.models.units=[16,16]",
+    "train.ppo.rollouts=4",
+    "train.ppo.mini_batches=2",
+    "train.ppo.learning_epochs=1",
+    "task.env.max_episode_length=6",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -47,17 +54,32 @@ def test_each_iteration_is_rollout_update_log_checkpoint_tune_in_that_order_and_
     learner.checkpoint = stop_in_iteration_2
     learner.tune = lambda progress: events.append(("tune", progress.iteration))
     learner.learn()
-    assert events == [("update", 4), ("log", 1, True), ("checkpoint", 1, False), ("tune", 1),
-                      ("update", 8), ("log", 2, True), ("checkpoint", 2, False), ("tune", 2),
-                      ("update", 12), ("log", 3, True), ("checkpoint", 3, True)]  # stop seen after iteration 2's
+    assert events == [
+        ("update", 4),
+        ("log", 1, True),
+        ("checkpoint", 1, False),
+        ("tune", 1),
+        ("update", 8),
+        ("log", 2, True),
+        ("checkpoint", 2, False),
+        ("tune", 2),
+        ("update", 12),
+        ("log", 3, True),
+        ("checkpoint", 3, True),
+    ]  # stop seen after iteration 2's
     assert learner.iteration == 3 and learner.timestep == 12
 
 
 def test_the_loop_runs_to_its_last_iteration_and_counts_every_shareable_call():
     env, agent = build()
     history = []
-    learner = Learner(env, agent, iterations=3, log=lambda progress, losses: history.append(progress),
-                      checkpoint=lambda progress, final: history.append(final))
+    learner = Learner(
+        env,
+        agent,
+        iterations=3,
+        log=lambda progress, losses: history.append(progress),
+        checkpoint=lambda progress, final: history.append(final),
+    )
     learner.learn()
     progress = [p for p in history if isinstance(p, Progress)]
     assert [p.iteration for p in progress] == [1, 2, 3] and [p.timestep for p in progress] == [4, 8, 12]
@@ -68,15 +90,36 @@ def test_the_loop_runs_to_its_last_iteration_and_counts_every_shareable_call():
 
 def test_off_a_terminal_one_compact_line_every_n_iterations_and_at_the_last(tmp_path, capsys):
     _, agent = build()
-    output = ProgressOutput([tmp_path / "progress.jsonl"], agent, iterations=5, start_iteration=0, console="lines",
-                            cache_in_use=True, every=2)
+    output = ProgressOutput(
+        [tmp_path / "progress.jsonl"],
+        agent,
+        iterations=5,
+        start_iteration=0,
+        console="lines",
+        cache_in_use=True,
+        every=2,
+    )
     for iteration in range(1, 6):
-        output.write(Progress(iteration=iteration, timestep=4 * iteration, sps=1000.0, mean_return=10.0 * iteration,
-                              mean_length=5.0, sfp_hit_rate=1.0, rollout_s=0.1, update_s=0.1), {})
+        output.write(
+            Progress(
+                iteration=iteration,
+                timestep=4 * iteration,
+                sps=1000.0,
+                mean_return=10.0 * iteration,
+                mean_length=5.0,
+                sfp_hit_rate=1.0,
+                rollout_s=0.1,
+                update_s=0.1,
+            ),
+            {},
+        )
     output.close()
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(" | ")[0] for line in lines] == ["[omni_sfp] iteration 2/5", "[omni_sfp] iteration 4/5",
-                                                        "[omni_sfp] iteration 5/5"]
+    assert [line.split(" | ")[0] for line in lines] == [
+        "[omni_sfp] iteration 2/5",
+        "[omni_sfp] iteration 4/5",
+        "[omni_sfp] iteration 5/5",
+    ]
     assert lines[1].split(" | ")[1:-1] == ["env steps 128", "SPS 1000", "return 40.0", "cache hits 100.0%"]
     assert lines[1].split(" | ")[-1].startswith("ETA ") and lines[-1].endswith("ETA 0 s")
     written = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]

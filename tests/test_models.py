@@ -71,7 +71,10 @@ def test_act_roles():
 
 def test_separate_models_train_in_ppo():
     torch.manual_seed(0)
-    policy, value = GaussianActor(BOX_OBS, BOX_ACT, "cpu", units=(16,)), ValueCritic(BOX_OBS, BOX_ACT, "cpu", units=(16,))
+    policy, value = (
+        GaussianActor(BOX_OBS, BOX_ACT, "cpu", units=(16,)),
+        ValueCritic(BOX_OBS, BOX_ACT, "cpu", units=(16,)),
+    )
     before = [p.clone() for p in policy.parameters()]
     losses = run(make_agent({"policy": policy, "value": value}), steps=8)
     assert len(losses) == 1 and all(torch.isfinite(torch.tensor(losses)))

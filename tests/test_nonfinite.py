@@ -18,8 +18,15 @@ from omni_sfp.tasks.cartpole import Cartpole
 from omni_sfp.train import main
 
 NUM_ENVS, ROLLOUTS = 8, 8
-SMALL = ["task=Cartpole", f"num_envs={NUM_ENVS}", "train.models.units=[16,16]", f"train.ppo.rollouts={ROLLOUTS}",
-         "train.ppo.mini_batches=2", "train.ppo.learning_epochs=2", "task.env.max_episode_length=20"]
+SMALL = [
+    "task=Cartpole",
+    f"num_envs={NUM_ENVS}",
+    "train.models.units=[16,16]",
+    f"train.ppo.rollouts={ROLLOUTS}",
+    "train.ppo.mini_batches=2",
+    "train.ppo.learning_epochs=2",
+    "task.env.max_episode_length=20",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,8 +60,9 @@ class NaNCartpole(Cartpole):
 
 def make(check_finite: str, iterations: int, *, validate_actions: bool = True, **nan):
     cfg = load_config([*SMALL, f"train.check_finite={check_finite}", f"max_iterations={iterations}"])
-    env = EmbeddedEnvWrapper(NaNCartpole(NUM_ENVS, "cpu", 0, max_episode_length=20, validate_actions=validate_actions,
-                                         **nan))
+    env = EmbeddedEnvWrapper(
+        NaNCartpole(NUM_ENVS, "cpu", 0, max_episode_length=20, validate_actions=validate_actions, **nan)
+    )
     models = build_models(cfg, env, torch.device("cpu"))
     agent = build_agent(cfg, env, models, torch.device("cpu"), run_dir=None)
     history = []
@@ -66,12 +74,14 @@ def parameters(agent):
     return [p.detach().clone() for p in agent.policy.parameters()]
 
 
-@pytest.mark.parametrize("quantity, validate_actions", [("rewards", True), ("observations", False),
-                                                        ("observations", True)])
+@pytest.mark.parametrize(
+    "quantity, validate_actions", [("rewards", True), ("observations", False), ("observations", True)]
+)
 def test_raise_names_the_env_step_env_index_and_quantity_and_leaves_the_model_untouched(quantity, validate_actions):
     step, env = 13, 5  # iteration 2, step 6 of 8 in its rollout
-    agent, learner, history = make("raise", 3, validate_actions=validate_actions, at_step=step, env=env,
-                                   quantity=quantity)
+    agent, learner, history = make(
+        "raise", 3, validate_actions=validate_actions, at_step=step, env=env, quantity=quantity
+    )
     with pytest.raises(NonFiniteError) as error:
         learner.learn()
     message = str(error.value)
@@ -114,14 +124,18 @@ def test_a_non_finite_loss_raises_or_rolls_the_whole_update_back(check_finite):
         iteration = timestep // ROLLOUTS + 1
         scale = agent.cfg.value_loss_scale
         agent.cfg.value_loss_scale = math.nan if iteration == 2 else scale
-        snapshots[iteration] = ({k: v.clone() for k, v in agent.policy.state_dict().items()},
-                                [g["lr"] for g in agent.optimizer.param_groups])
+        snapshots[iteration] = (
+            {k: v.clone() for k, v in agent.policy.state_dict().items()},
+            [g["lr"] for g in agent.optimizer.param_groups],
+        )
         try:
             update(timestep=timestep, timesteps=timesteps)
         finally:
             agent.cfg.value_loss_scale = scale
-        snapshots[(iteration, "after")] = ({k: v.clone() for k, v in agent.policy.state_dict().items()},
-                                           [g["lr"] for g in agent.optimizer.param_groups])
+        snapshots[(iteration, "after")] = (
+            {k: v.clone() for k, v in agent.policy.state_dict().items()},
+            [g["lr"] for g in agent.optimizer.param_groups],
+        )
 
     agent.update = poisoned_update
     if check_finite == "raise":

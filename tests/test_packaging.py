@@ -30,14 +30,23 @@ print(json.dumps(found))
 
 
 def resolve(python_args, cwd, env=None):
-    result = subprocess.run([sys.executable, *python_args, "-c", RESOLVE], cwd=cwd, capture_output=True, text=True,
-                            timeout=60, env=env)
+    result = subprocess.run(
+        [sys.executable, *python_args, "-c", RESOLVE], cwd=cwd, capture_output=True, text=True, timeout=60, env=env
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
-LIGHT_MODULES = ("omni_sfp", "omni_sfp.schema", "omni_sfp.registry", "omni_sfp.toggles", "omni_sfp.launcher",
-                 "omni_sfp.panel_model", "omni_sfp.envs.oige", "omni_sfp.envs.isaaclab")
+LIGHT_MODULES = (
+    "omni_sfp",
+    "omni_sfp.schema",
+    "omni_sfp.registry",
+    "omni_sfp.toggles",
+    "omni_sfp.launcher",
+    "omni_sfp.panel_model",
+    "omni_sfp.envs.oige",
+    "omni_sfp.envs.isaaclab",
+)
 HEAVY = ("torch", "skrl", "gymnasium", "hydra", "omegaconf", "carb", "omni.", "isaaclab", "omniisaacgymenvs")
 LIGHT_IMPORT = """
 import importlib, json, sys
@@ -80,8 +89,11 @@ def test_the_editable_install_resolves_the_same_names_to_the_same_files(tmp_path
 
 def _shipped_files() -> set[str]:
     """The wheel's files as the package-dir mapping lays out the checkout: tasks/ and cfg/ inside omni_sfp/."""
-    files = {f"omni_sfp/{p.relative_to(ROOT / 'omni_sfp')}" for p in (ROOT / "omni_sfp").rglob("*.py")
-             if "bench" not in p.relative_to(ROOT / "omni_sfp").parts}
+    files = {
+        f"omni_sfp/{p.relative_to(ROOT / 'omni_sfp')}"
+        for p in (ROOT / "omni_sfp").rglob("*.py")
+        if "bench" not in p.relative_to(ROOT / "omni_sfp").parts
+    }
     files |= {f"omni_sfp/tasks/{p.name}" for p in (ROOT / "tasks").glob("*.py")}
     files |= {f"omni_sfp/cfg/{p.relative_to(ROOT / 'cfg')}" for p in (ROOT / "cfg").rglob("*.yaml")}
     return files
@@ -90,17 +102,30 @@ def _shipped_files() -> set[str]:
 @pytest.mark.slow
 def test_wheel_ships_the_same_modules_without_the_benchmark_and_trains_from_another_folder(tmp_path):
     source = tmp_path / "source"  # a clean copy: no build/ or egg-info left over from earlier builds
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "runs",
-                                                                "__pycache__", ".pytest_cache", ".hypothesis"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(source), "-w", str(tmp_path / "dist")],
-                   check=True, capture_output=True, timeout=300)
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", "build", "*.egg-info", "runs", "__pycache__", ".pytest_cache", ".hypothesis"
+        ),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(source), "-w", str(tmp_path / "dist")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = (tmp_path / "dist").glob("omni_sfp-*.whl")
     names = {n for n in zipfile.ZipFile(wheel).namelist() if not n.startswith("omni_sfp-")}  # minus .dist-info
     assert names == _shipped_files()
     assert not any(n.startswith("omni_sfp/bench/") for n in names)  # needs rl_games: run it from a checkout
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {"PYTHONPATH": str(target), "PATH": ""}
@@ -109,7 +134,11 @@ def test_wheel_ships_the_same_modules_without_the_benchmark_and_trains_from_anot
     assert found["omni_sfp.omni_sfp"] is None and found["omni_sfp.bench"] is None
     result = subprocess.run(
         [sys.executable, "-m", "omni_sfp.train", "num_envs=16", "max_iterations=1", "train.ppo.mini_batches=2"],
-        cwd=elsewhere, capture_output=True, text=True, timeout=300, env=env,
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     assert "Training time:" in result.stdout

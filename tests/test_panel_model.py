@@ -72,8 +72,13 @@ def fake(tmp_path, monkeypatch):
     (tmp_path / "fake_runner.py").write_text(FAKE_RUNNER)
     argv_file = tmp_path / "argv.json"
     monkeypatch.setenv("FAKE_RUNNER_ARGV", str(argv_file))
-    model = PanelModel({"max_iterations": 3}, runner_module="fake_runner", pythonpath=[str(tmp_path)],
-                       workdir=str(tmp_path), stop_timeout_s=5.0)
+    model = PanelModel(
+        {"max_iterations": 3},
+        runner_module="fake_runner",
+        pythonpath=[str(tmp_path)],
+        workdir=str(tmp_path),
+        stop_timeout_s=5.0,
+    )
     yield model, argv_file
     model.shutdown(timeout=1.0)
 
@@ -141,8 +146,11 @@ def test_coerce_accepts_and_normalises(key, raw, value):
         ("num_envs", "many", "num_envs='many' is not allowed: expected an integer >= 1"),
         ("num_envs", True, "num_envs=True is not allowed: expected an integer >= 1"),
         ("sfp_enabled", "maybe", "sfp_enabled='maybe' is not allowed: expected true or false"),
-        ("cache_check", "sometimes",
-         "cache_check='sometimes' is not allowed: expected one of identity, content, auto, off"),
+        (
+            "cache_check",
+            "sometimes",
+            "cache_check='sometimes' is not allowed: expected one of identity, content, auto, off",
+        ),
         ("compile", "sometimes", "compile='sometimes' is not allowed: expected true, false or auto"),
         ("compile", 2, "compile=2 is not allowed: expected true, false or auto"),
         ("units", [], "units=[] is not allowed: expected a non-empty list of integers >= 1"),
@@ -195,7 +203,7 @@ def test_default_overrides_follow_the_contract():
         "train.mixed_precision=false",
         "train.models.units=[256,128,64]",
         "train.models.compile=auto",
-        "max_iterations=100",
+        "max_iterations=200",
         "checkpoint=''",
         "headless=true",
         "seed=42",
@@ -207,8 +215,27 @@ def test_default_overrides_follow_the_contract():
 
 @pytest.mark.parametrize(
     "value",
-    ["", "Cartpole", "gym:Ant-v5", "cuda:0", "/abs/path/agent_10.pt", "runs/a b/c.pt", "it's.pt", "null", "true",
-     "123", "1e3", "a,b", "x=y", "C:\\runs\\", "C:\\runs\\'q", "tab\there", "ünïcode.pt", "[1,2]", "{a: 1}"],
+    [
+        "",
+        "Cartpole",
+        "gym:Ant-v5",
+        "cuda:0",
+        "/abs/path/agent_10.pt",
+        "runs/a b/c.pt",
+        "it's.pt",
+        "null",
+        "true",
+        "123",
+        "1e3",
+        "a,b",
+        "x=y",
+        "C:\\runs\\",
+        "C:\\runs\\'q",
+        "tab\there",
+        "ünïcode.pt",
+        "[1,2]",
+        "{a: 1}",
+    ],
 )
 def test_string_values_survive_hydras_override_grammar(value):
     parsed = OverridesParser.create().parse_override(f"checkpoint={hydra_value(value)}")
@@ -260,9 +287,19 @@ def test_unknown_task_is_named_with_close_matches():
 
 
 # ---- the interpreter -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, expected", [("python", True), ("python3", True), ("python3.10", True),
-                                            ("python.sh", True), ("python.exe", True), ("kit", False),
-                                            ("isaac-sim.sh", False), ("pythonista", False)])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("python", True),
+        ("python3", True),
+        ("python3.10", True),
+        ("python.sh", True),
+        ("python.exe", True),
+        ("kit", False),
+        ("isaac-sim.sh", False),
+        ("pythonista", False),
+    ],
+)
 def test_looks_like_python(name, expected):
     assert panel_model.looks_like_python(f"/opt/x/{name}") is expected
 
@@ -310,7 +347,12 @@ def test_training_runs_without_blocking_and_progress_reaches_the_readout(fake, m
     readout = wait_for(model)
     assert readout.state == "finished" and readout.exit_code == 0
     assert (readout.iteration, readout.timestep, readout.sps, readout.mean_return, readout.sfp_hit_rate) == (
-        3, 48, 1003.0, 1.5, 1.0)
+        3,
+        48,
+        1003.0,
+        1.5,
+        1.0,
+    )
     assert "readout" in events and not model.running
     argv = json.loads(argv_file.read_text())
     assert argv[:-1] == model.to_overrides()

@@ -221,10 +221,16 @@ def test_edits_reach_the_model(view):
     ui.after("Compile trunk").model.get_item_value_model().set_value(2)  # "false"
     assert model.get("compile") is False
     ui.after("Task").model.get_item_value_model().set_value(registry.list_tasks().index("LQR60x8"))
-    assert {k: model.get(k) for k in ("num_envs", "sfp_enabled", "mixed_precision", "checkpoint", "cache_check",
-                                      "task")} == {"num_envs": 64, "sfp_enabled": False, "mixed_precision": True,
-                                                   "checkpoint": "runs/x/last.pt", "cache_check": "content",
-                                                   "task": "LQR60x8"}
+    assert {
+        k: model.get(k) for k in ("num_envs", "sfp_enabled", "mixed_precision", "checkpoint", "cache_check", "task")
+    } == {
+        "num_envs": 64,
+        "sfp_enabled": False,
+        "mixed_precision": True,
+        "checkpoint": "runs/x/last.pt",
+        "cache_check": "content",
+        "task": "LQR60x8",
+    }
 
 
 def test_a_bad_edit_shows_the_one_line_error_and_restores_the_field(view):
@@ -250,7 +256,12 @@ def test_model_changes_reach_the_widgets_without_echo(view):
     assert ui.after("Single forward pass").model.value is False
     assert ui.after("Cache check").model.selected() == "off"
     assert ui.after("Number of envs").model.value == 2048
-    assert heard == ["sfp_enabled", "cache_check", "num_envs", "compile"]  # each change once: the widgets did not echo it
+    assert heard == [
+        "sfp_enabled",
+        "cache_check",
+        "num_envs",
+        "compile",
+    ]  # each change once: the widgets did not echo it
 
 
 def test_train_runs_and_the_readout_follows(view):
@@ -263,8 +274,12 @@ def test_train_runs_and_the_readout_follows(view):
         model.poll()
         time.sleep(0.01)
     assert ui.after("State").text == "finished, exit code 0"
-    assert (ui.after("Iteration").text, ui.after("Steps / s").text, ui.after("Mean return").text,
-            ui.after("Cache hit rate").text) == ("2", "12,346", "3.25", "50.0%")
+    assert (
+        ui.after("Iteration").text,
+        ui.after("Steps / s").text,
+        ui.after("Mean return").text,
+        ui.after("Cache hit rate").text,
+    ) == ("2", "12,346", "3.25", "50.0%")
     assert ui.button("Train").enabled is True and ui.button("Stop").enabled is False
 
 

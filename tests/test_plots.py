@@ -13,8 +13,9 @@ def test_iterations_without_a_finished_episode_are_gaps():
 
 def test_the_curve_is_written(tmp_path):
     path = tmp_path / "learning_curve.png"
-    learning_curve([(100, 10.0), (200, None), (300, 480.0)], path, title="t", optimal_return=None,
-                   evaluations=[(300, 499.0)])
+    learning_curve(
+        [(100, 10.0), (200, None), (300, 480.0)], path, title="t", optimal_return=None, evaluations=[(300, 499.0)]
+    )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     empty = tmp_path / "empty.png"
     learning_curve([(100, None)], empty, title="no episode finished yet")

@@ -1,6 +1,5 @@
 """The task registry: specs, lookups and their errors, and make_env for embedded and Gymnasium tasks."""
 
-
 import pytest
 import torch
 from skrl.envs.wrappers.torch import Wrapper
@@ -119,5 +118,3 @@ def test_gymnasium_envs_are_seeded_by_make_env():
 
     assert torch.equal(first_obs(5), first_obs(5))
     assert not torch.equal(first_obs(5), first_obs(6))
-
-

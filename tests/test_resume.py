@@ -28,11 +28,24 @@ from omni_sfp.train import main
 pytestmark = pytest.mark.slow  # training runs (module-scoped), a subprocess CLI run and signals
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ["task=Cartpole", "num_envs=16", "train.models.units=[16,16]", "train.ppo.rollouts=8",
-         "train.ppo.mini_batches=2", "train.ppo.learning_epochs=2", "task.env.max_episode_length=20"]
+SMALL = [
+    "task=Cartpole",
+    "num_envs=16",
+    "train.models.units=[16,16]",
+    "train.ppo.rollouts=8",
+    "train.ppo.mini_batches=2",
+    "train.ppo.learning_epochs=2",
+    "task.env.max_episode_length=20",
+]
 DETERMINISTIC = ("iteration", "timestep", "mean_return", "mean_length", "sfp_hit_rate", "skipped_updates")
-TAGS = ("Loss / Policy loss", "Loss / Value loss", "Learning / Learning rate", "Reward / Episode return (mean)",
-        "SFP / Cache hit rate (shareable calls)", "Policy / Standard deviation")
+TAGS = (
+    "Loss / Policy loss",
+    "Loss / Value loss",
+    "Learning / Learning rate",
+    "Reward / Episode return (mean)",
+    "SFP / Cache hit rate (shareable calls)",
+    "Policy / Standard deviation",
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,8 +92,11 @@ def assert_bitwise_equal(a, b, path="state"):
 def agent_state(runner: Runner) -> dict:
     """Model parameters, Adam moments and step counts, normaliser statistics, GradScaler, scheduler."""
     agent = runner.agent
-    return {"modules": {name: module.state_dict() for name, module in agent.checkpoint_modules.items()},
-            "scaler": agent.scaler.state_dict(), "scheduler": agent.scheduler.state_dict()}
+    return {
+        "modules": {name: module.state_dict() for name, module in agent.checkpoint_modules.items()},
+        "scaler": agent.scaler.state_dict(),
+        "scheduler": agent.scheduler.state_dict(),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +106,9 @@ def runs(tmp_path_factory):
     progress.jsonl but not to a checkpoint) up to 4. C: a new run from B's
     iteration-2 checkpoint file, without resume=true."""
     tmp = tmp_path_factory.mktemp("resume")
-    full, full_dir = train(tmp, "max_iterations=4", "experiment=full", "train.checkpoint_interval=1",
-                           "train.keep_checkpoints=2")
+    full, full_dir = train(
+        tmp, "max_iterations=4", "experiment=full", "train.checkpoint_interval=1", "train.keep_checkpoints=2"
+    )
     _, part_dir = train(tmp, "max_iterations=3", "experiment=part", "train.checkpoint_interval=2")
     iteration_2 = tmp / "iter_2_copy.pt"
     shutil.copy(part_dir / "checkpoints" / "iter_2.pt", iteration_2)
@@ -100,8 +117,16 @@ def runs(tmp_path_factory):
     resumed, resumed_dir = train(tmp, "max_iterations=4", "resume=true", f"checkpoint={part_dir}/checkpoints/iter_2.pt")
     assert resumed_dir == part_dir
     fresh, fresh_dir = train(tmp, "max_iterations=4", "experiment=from_file", f"checkpoint={iteration_2}")
-    return {"tmp": tmp, "full": full, "full_dir": full_dir, "resumed": resumed, "resumed_dir": resumed_dir,
-            "fresh": fresh, "fresh_dir": fresh_dir, "iteration_2": iteration_2}
+    return {
+        "tmp": tmp,
+        "full": full,
+        "full_dir": full_dir,
+        "resumed": resumed,
+        "resumed_dir": resumed_dir,
+        "fresh": fresh,
+        "fresh_dir": fresh_dir,
+        "iteration_2": iteration_2,
+    }
 
 
 def test_a_resumed_run_ends_bitwise_where_the_uninterrupted_run_ends(runs):
@@ -132,12 +157,19 @@ def test_a_task_without_a_state_dict_resumes_its_models_and_counters_with_fresh_
     """Gymnasium (and simulator) tasks keep their state outside the process's tensors: a resume restores the
     models, optimizer and counters, and starts the environments with a reset."""
     monkeypatch.setattr(Runner, "evaluate", lambda self, episodes: None)  # 1000 Pendulum steps: not the point here
-    gym = ["task=gym:Pendulum-v1", "num_envs=4", "train.models.units=[8]", "train.ppo.rollouts=8",
-           "train.ppo.mini_batches=2", "train.ppo.learning_epochs=1"]
+    gym = [
+        "task=gym:Pendulum-v1",
+        "num_envs=4",
+        "train.models.units=[8]",
+        "train.ppo.rollouts=8",
+        "train.ppo.mini_batches=2",
+        "train.ppo.learning_epochs=1",
+    ]
     first = Runner(load_config([*gym, "max_iterations=1", f"runs_dir={tmp_path}"]), disable_progressbar=True)
     run = first.train().run_dir
-    second = Runner(load_config([*gym, "max_iterations=2", f"runs_dir={tmp_path}", f"checkpoint={run}"]),
-                    disable_progressbar=True)
+    second = Runner(
+        load_config([*gym, "max_iterations=2", f"runs_dir={tmp_path}", f"checkpoint={run}"]), disable_progressbar=True
+    )
     summary = second.train()
     assert summary.iterations == 2 and [p.iteration for p in summary.history] == [2]
     assert ckpt.load(summary.run_dir / "checkpoints" / "last.pt")["local"][0]["task"] is None
@@ -166,8 +198,12 @@ def test_truncated_and_foreign_checkpoints_are_refused_in_one_line_naming_the_fi
     torch.save({"format": ckpt.FORMAT, "modules": {}, "when": when}, pickled)
     empty = tmp / "empty.pt"
     empty.write_bytes(b"")
-    cases = [(truncated, "truncated"), (foreign, "not an omni-sfp checkpoint (a dict with keys weights, step"),
-             (pickled, "not an omni-sfp checkpoint"), (empty, "empty")]
+    cases = [
+        (truncated, "truncated"),
+        (foreign, "not an omni-sfp checkpoint (a dict with keys weights, step"),
+        (pickled, "not an omni-sfp checkpoint"),
+        (empty, "empty"),
+    ]
     for path, what in cases:
         for mode in (["max_iterations=4"], ["test=true"]):
             assert main([*SMALL, f"checkpoint={path}", f"runs_dir={tmp / 'refused'}", *mode]) == 2
@@ -181,20 +217,30 @@ def test_the_cli_refuses_a_truncated_checkpoint_with_exactly_one_line_and_exit_c
     data = runs["iteration_2"].read_bytes()
     truncated = runs["tmp"] / "cut.pt"
     truncated.write_bytes(data[:4096])
-    result = subprocess.run([sys.executable, "-m", "omni_sfp.train", *SMALL, f"checkpoint={truncated}"],
-                            cwd=runs["tmp"], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "omni_sfp.train", *SMALL, f"checkpoint={truncated}"],
+        cwd=runs["tmp"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"omni_sfp.train: error: checkpoint {truncated}: truncated (4096 bytes, the "
-                                     "end of its zip archive is missing); it was not written completely: use "
-                                     "another checkpoint of the run")
+    assert result.stderr.strip() == (
+        f"omni_sfp.train: error: checkpoint {truncated}: truncated (4096 bytes, the "
+        "end of its zip archive is missing); it was not written completely: use "
+        "another checkpoint of the run"
+    )
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["max_iterations=2"], "already at iteration 2"),
-    (["max_iterations=4", "num_envs=32"], "saved with num_envs=16, this run has num_envs=32"),
-    (["max_iterations=4", "resume=true"], "not in one"),
-])
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["max_iterations=2"], "already at iteration 2"),
+        (["max_iterations=4", "num_envs=32"], "saved with num_envs=16, this run has num_envs=32"),
+        (["max_iterations=4", "resume=true"], "not in one"),
+    ],
+)
 def test_a_checkpoint_this_config_cannot_continue_is_refused(runs, capsys, overrides, expected):
     assert main([*SMALL, f"checkpoint={runs['iteration_2']}", f"runs_dir={runs['tmp'] / 'refused'}", *overrides]) == 2
     err = capsys.readouterr().err
@@ -215,9 +261,20 @@ def _wait_for_lines(path: Path, count: int, process: subprocess.Popen, timeout: 
 def test_a_signal_stops_at_the_iteration_boundary_with_a_final_checkpoint(tmp_path, sig, code):
     progress_file = tmp_path / "progress.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "omni_sfp.train", *SMALL, "max_iterations=100000", "train.checkpoint_interval=0",
-         f"runs_dir={tmp_path}", f"progress_file={progress_file}"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "omni_sfp.train",
+            *SMALL,
+            "max_iterations=100000",
+            "train.checkpoint_interval=0",
+            f"runs_dir={tmp_path}",
+            f"progress_file={progress_file}",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
     )
     try:

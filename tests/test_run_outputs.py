@@ -21,13 +21,25 @@ from omni_sfp.train import main
 from omni_sfp.video import read_video
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ["task=Cartpole", "num_envs=64", "train.models.units=[32,32]", "train.ppo.rollouts=8", "train.ppo.mini_batches=2",
-         "train.ppo.learning_epochs=2"]
+SMALL = [
+    "task=Cartpole",
+    "num_envs=64",
+    "train.models.units=[32,32]",
+    "train.ppo.rollouts=8",
+    "train.ppo.mini_batches=2",
+    "train.ppo.learning_epochs=2",
+]
 
 
 def cli(*args, cwd, **env):
-    return subprocess.run([sys.executable, "-m", "omni_sfp.train", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "omni_sfp.train", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +48,17 @@ def trained(tmp_path_factory):
     pytest.importorskip("onnxruntime", reason="pip install omni-sfp[export]")
     pytest.importorskip("wandb", reason="pip install omni-sfp[wandb]")
     cwd = tmp_path_factory.mktemp("outputs")
-    result = cli(*SMALL, "max_iterations=3", "export=true", "wandb_activate=true", "wandb_project=sfp-tests",
-                 "wandb_group=ci", cwd=cwd, WANDB_MODE="offline", WANDB_SILENT="true")
+    result = cli(
+        *SMALL,
+        "max_iterations=3",
+        "export=true",
+        "wandb_activate=true",
+        "wandb_project=sfp-tests",
+        "wandb_group=ci",
+        cwd=cwd,
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+    )
     assert result.returncode == 0, result.stderr
     (run,) = (cwd / "runs" / "Cartpole").iterdir()
     assert f"[omni_sfp] exported policy: {run.relative_to(cwd) / 'exported' / 'policy.pt'}" in result.stdout
@@ -58,10 +79,14 @@ def test_export_true_gives_the_checkpoints_deterministic_actions(trained):
     with torch.no_grad():
         _, outputs = agent.act(observations, None, timestep=0, timesteps=0)
     expected = outputs["mean_actions"].clamp(-1.0, 1.0)  # Cartpole clips its actions to [-1, 1]
-    bound = rounding_bound(deployed_policy(agent.policy, agent.checkpoint_modules["observation_preprocessor"],
-                                           runner.env.action_space), observations)
+    bound = rounding_bound(
+        deployed_policy(agent.policy, agent.checkpoint_modules["observation_preprocessor"], runner.env.action_space),
+        observations,
+    )
     scripted = torch.jit.load(str(trained / "exported" / "policy.pt"))
-    session = onnxruntime.InferenceSession(str(trained / "exported" / "policy.onnx"), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        str(trained / "exported" / "policy.onnx"), providers=["CPUExecutionProvider"]
+    )
     with torch.no_grad():
         from_torchscript = scripted(observations)
     from_onnx = torch.from_numpy(session.run(["actions"], {"observations": observations.numpy()})[0])
@@ -102,12 +127,15 @@ def test_test_true_video_true_records_the_cartpole_being_played(trained):
     assert sum(changed) >= 0.9 * len(changed)  # it moves
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["task=LQR60x8", "video=true"], "video=true: task LQR60x8 draws nothing"),
-    (["video_interval=0"], "video_interval=0: must be >= 1"),
-    (["export=maybe"], "export='maybe': expected bool"),
-    (["wandb_activate=true", "wandb_project="], "wandb_project=''"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["task=LQR60x8", "video=true"], "video=true: task LQR60x8 draws nothing"),
+        (["video_interval=0"], "video_interval=0: must be >= 1"),
+        (["export=maybe"], "export='maybe': expected bool"),
+        (["wandb_activate=true", "wandb_project="], "wandb_project=''"),
+    ],
+)
 def test_bad_output_settings_are_one_line(args, expected, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()

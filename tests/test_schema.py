@@ -35,11 +35,14 @@ def test_the_generated_files_are_up_to_date():
     assert schema.stale_files() == [], "run: python -m omni_sfp.schema --write"
 
 
-@pytest.mark.parametrize("change", [
-    {"default": 43},
-    {"minimum": 0},
-    {"maximum": 2**31},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"default": 43},
+        {"minimum": 0},
+        {"maximum": 2**31},
+    ],
+)
 def test_the_drift_check_sees_a_changed_seed_default_or_range(monkeypatch, change):
     seed = schema.BY_KEY["seed"]
     changed = dataclasses.replace(seed, **change)
@@ -52,9 +55,14 @@ def test_the_drift_check_sees_a_changed_seed_default_or_range(monkeypatch, chang
 
 
 def test_the_drift_check_sees_a_changed_choice(monkeypatch):
-    monkeypatch.setattr(schema, "TRAIN", tuple(
-        dataclasses.replace(s, choices=(*s.choices, "never")) if s.key == "train.sfp.cache_check" else s
-        for s in schema.TRAIN))
+    monkeypatch.setattr(
+        schema,
+        "TRAIN",
+        tuple(
+            dataclasses.replace(s, choices=(*s.choices, "never")) if s.key == "train.sfp.cache_check" else s
+            for s in schema.TRAIN
+        ),
+    )
     monkeypatch.setattr(schema, "SETTINGS", schema.TOP + schema.TRAIN)
     assert {p.name for p in schema.stale_files()} == {"README.md", "PPO.yaml"}
 
@@ -121,8 +129,9 @@ def test_every_panel_toggle_takes_type_range_choices_and_default_from_the_schema
         for field in ("minimum", "maximum", "above", "choices", "pattern"):
             assert getattr(toggle.spec, field) == getattr(setting, field), (toggle.key, field)
         if setting.default is not None:  # null ("the task's") becomes the default task's value: test_manifest
-            assert panel_model.DEFAULTS[toggle.key] == (tuple(setting.default) if setting.kind == "ints"
-                                                        else setting.default), toggle.key
+            assert panel_model.DEFAULTS[toggle.key] == (
+                tuple(setting.default) if setting.kind == "ints" else setting.default
+            ), toggle.key
 
 
 def test_the_panel_accepts_exactly_what_validation_accepts_for_the_seed():
@@ -152,8 +161,16 @@ def test_check_finite_choices_and_activations_are_the_schemas_own():
     assert upstream.ACTIVATIONS == tuple(schema.ACTIVATIONS)
 
 
-@pytest.mark.parametrize("text, parsed", [("auto", ("auto", None)), ("cpu", ("cpu", None)), ("cuda", ("cuda", None)),
-                                          ("cuda:0", ("cuda", 0)), ("cuda:12", ("cuda", 12))])
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("auto", ("auto", None)),
+        ("cpu", ("cpu", None)),
+        ("cuda", ("cuda", None)),
+        ("cuda:0", ("cuda", 0)),
+        ("cuda:12", ("cuda", 12)),
+    ],
+)
 def test_the_device_grammar_has_one_parser(text, parsed):
     assert schema.parse_device(text) == parsed
     assert schema.setting("device").problem(text) is None
@@ -166,10 +183,20 @@ def test_the_device_parser_refuses_what_validation_refuses(text):
     assert schema.setting("device").problem(text) is not None
 
 
-@pytest.mark.parametrize("value, text", [
-    (3.0e-4, "0.0003"), (1e-5, "1.0e-05"), (2.0, "2.0"), (None, "null"), ("", '""'), ("auto", "auto"),
-    ("true", '"true"'), ([256, 128], "[256, 128]"), (False, "false"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (3.0e-4, "0.0003"),
+        (1e-5, "1.0e-05"),
+        (2.0, "2.0"),
+        (None, "null"),
+        ("", '""'),
+        ("auto", "auto"),
+        ("true", '"true"'),
+        ([256, 128], "[256, 128]"),
+        (False, "false"),
+    ],
+)
 def test_yaml_values_read_back_as_the_same_value(value, text):
     assert schema.yaml_value(value) == text
     assert OmegaConf.create(f"key: {text}").key == value

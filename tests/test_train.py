@@ -14,13 +14,25 @@ from omni_sfp.runner import Runner
 from omni_sfp.train import main
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ["task=Cartpole", "num_envs=64", "train.models.units=[32,32]", "train.ppo.rollouts=8", "train.ppo.mini_batches=2",
-         "train.ppo.learning_epochs=2"]
+SMALL = [
+    "task=Cartpole",
+    "num_envs=64",
+    "train.models.units=[32,32]",
+    "train.ppo.rollouts=8",
+    "train.ppo.mini_batches=2",
+    "train.ppo.learning_epochs=2",
+]
 
 
 def cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "omni_sfp.train", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "omni_sfp.train", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 @pytest.mark.slow
@@ -84,9 +96,16 @@ def test_cli_misuse_from_a_real_process_exits_2_without_traceback(tmp_path):
 @pytest.mark.slow
 def test_cartpole_learns_to_balance(tmp_path):
     """A short end-to-end run: the deterministic policy balances far longer than a random one."""
-    cfg = load_config(["task=Cartpole", "num_envs=256", "train.models.units=[64,64]", "max_iterations=60",
-                       "train.ppo.learning_rate=1e-3",
-                       f"runs_dir={tmp_path}"])
+    cfg = load_config(
+        [
+            "task=Cartpole",
+            "num_envs=256",
+            "train.models.units=[64,64]",
+            "max_iterations=60",
+            "train.ppo.learning_rate=1e-3",
+            f"runs_dir={tmp_path}",
+        ]
+    )
     runner = Runner(cfg, disable_progressbar=True)
     untrained = runner.evaluate(episodes=1)
     summary = runner.train()
@@ -95,10 +114,18 @@ def test_cartpole_learns_to_balance(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("overrides", [["train.mixed_precision=true"], ["train.models.separate=true"],
-                                       ["train.sfp.cache_check=off"], ["task=LQR60x8", "num_envs=32"],
-                                       ["task=ConstantCost", "num_envs=32"],
-                                       ["task=gym:Pendulum-v1", "num_envs=4"], ["train.models.compile=true"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["train.mixed_precision=true"],
+        ["train.models.separate=true"],
+        ["train.sfp.cache_check=off"],
+        ["task=LQR60x8", "num_envs=32"],
+        ["task=ConstantCost", "num_envs=32"],
+        ["task=gym:Pendulum-v1", "num_envs=4"],
+        ["train.models.compile=true"],
+    ],
+)
 def test_variants_run(tmp_path, overrides):
     cfg = load_config([*SMALL, "max_iterations=2", f"runs_dir={tmp_path}", *overrides])
     summary = Runner(cfg, disable_progressbar=True).train()

@@ -14,8 +14,14 @@ from omni_sfp import schema
 from omni_sfp.config import ConfigError, load_config
 from omni_sfp.train import draw_seed, main
 
-SMALL = ["num_envs=16", "train.models.units=[8]", "train.ppo.rollouts=4", "train.ppo.mini_batches=2",
-         "train.ppo.learning_epochs=1", "max_iterations=1"]
+SMALL = [
+    "num_envs=16",
+    "train.models.units=[8]",
+    "train.ppo.rollouts=4",
+    "train.ppo.mini_batches=2",
+    "train.ppo.learning_epochs=1",
+    "max_iterations=1",
+]
 
 
 def test_seed_minus_one_is_replaced_by_a_drawn_seed_and_printed(capsys):

@@ -62,8 +62,9 @@ def test_recording_env_writes_a_clip_every_interval_of_the_first_environment(tmp
     if mp4 and not video.mp4_available():
         pytest.skip("pip install omni-sfp[video]")
     monkeypatch.setattr(video, "mp4_available", lambda: mp4)
-    env = RecordingEnv(make_env("Cartpole", num_envs=4, device="cpu", seed=0), tmp_path / "videos",
-                       video_length=6, video_interval=10)
+    env = RecordingEnv(
+        make_env("Cartpole", num_envs=4, device="cpu", seed=0), tmp_path / "videos", video_length=6, video_interval=10
+    )
     assert env.num_envs == 4 and env._env.__class__ is Cartpole  # the runner's view of the env is unchanged
     env.reset()
     push = torch.ones(4, 1)  # full force to +x: the pole falls back, the cart runs right
@@ -82,8 +83,10 @@ def test_recording_env_writes_a_clip_every_interval_of_the_first_environment(tmp
     # in the first clip (no episode ends in it) the pushed cart runs right and the pole falls back, to the left
     first, last = clips[0][0], clips[0][-1]
     assert centroid(mask(last, CART))[1] > centroid(mask(first, CART))[1] + 10
-    assert centroid(mask(last, POLE))[1] - centroid(mask(last, CART))[1] < centroid(mask(first, POLE))[1] - centroid(
-        mask(first, CART))[1]
+    assert (
+        centroid(mask(last, POLE))[1] - centroid(mask(last, CART))[1]
+        < centroid(mask(first, POLE))[1] - centroid(mask(first, CART))[1]
+    )
 
 
 def test_gymnasium_ids_record_through_their_rgb_array_render(tmp_path):
@@ -106,8 +109,9 @@ def test_frames_are_normalised_and_a_task_without_frames_is_one_line():
         as_frame(None)
     with pytest.raises(VideoError, match=r"shape \(5,\)"):
         as_frame(np.zeros(5))
-    env = RecordingEnv(make_env("LQR60x8", num_envs=2, device="cpu", seed=0), "unused", video_length=2,
-                       video_interval=1)
+    env = RecordingEnv(
+        make_env("LQR60x8", num_envs=2, device="cpu", seed=0), "unused", video_length=2, video_interval=1
+    )
     env.reset()
     with pytest.raises(VideoError, match="rendered no frame"):
         env.step(torch.zeros(2, 8))

@@ -61,14 +61,20 @@ def read_offline_run(run_dir: Path) -> tuple[dict, dict, list[dict]]:
     for record in wandb_records(record_file):
         kind = record.WhichOneof("record_type")
         if kind == "run":
-            run = {"project": record.run.project, "entity": record.run.entity, "group": record.run.run_group,
-                   "name": record.run.display_name, "id": record.run.run_id}
+            run = {
+                "project": record.run.project,
+                "entity": record.run.entity,
+                "group": record.run.run_group,
+                "name": record.run.display_name,
+                "id": record.run.run_id,
+            }
             config.update({item.key: json.loads(item.value_json) for item in record.run.config.update})
         elif kind == "config":
             config.update({item.key: json.loads(item.value_json) for item in record.config.update})
         elif kind == "history":
-            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                            for item in record.history.item})
+            history.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
     return run, config, history
 
 
@@ -77,8 +83,15 @@ def test_an_offline_run_holds_the_config_and_mirrors_every_scalar(tmp_path, monk
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    settings = WandbSettings.from_config({"wandb_activate": True, "wandb_project": "sfp-tests", "wandb_entity": "lab",
-                                          "wandb_group": "cartpole", "wandb_name": None})
+    settings = WandbSettings.from_config(
+        {
+            "wandb_activate": True,
+            "wandb_project": "sfp-tests",
+            "wandb_entity": "lab",
+            "wandb_group": "cartpole",
+            "wandb_name": None,
+        }
+    )
     config = {"task": {"name": "Cartpole"}, "train": {"ppo": {"learning_rate": 0.0003}}, "seed": 42}
     run = start_run(settings, config, tmp_path)
 
@@ -96,12 +109,18 @@ def test_an_offline_run_holds_the_config_and_mirrors_every_scalar(tmp_path, monk
     run.finish()
 
     fields, logged_config, history = read_offline_run(tmp_path)
-    assert fields == {"project": "sfp-tests", "entity": "lab", "group": "cartpole", "name": tmp_path.name,
-                      "id": (tmp_path / RUN_ID_FILE).read_text().strip()}
+    assert fields == {
+        "project": "sfp-tests",
+        "entity": "lab",
+        "group": "cartpole",
+        "name": tmp_path.name,
+        "id": (tmp_path / RUN_ID_FILE).read_text().strip(),
+    }
     assert {k: logged_config[k] for k in config} == config
     rows = [{k: v for k, v in row.items() if not k.startswith("_")} | {"step": row["_step"]} for row in history]
-    assert rows == [{"Reward / Episode return (mean)": s / 2, "Loss / Policy loss": -s / 100, "step": s}
-                    for s in (16, 32, 48)]
+    assert rows == [
+        {"Reward / Episode return (mean)": s / 2, "Loss / Policy loss": -s / 100, "step": s} for s in (16, 32, 48)
+    ]
     assert any(p.name.startswith("events.out.tfevents") for p in tmp_path.iterdir())  # TensorBoard still written
 
     run_id = (tmp_path / RUN_ID_FILE).read_text().strip()
@@ -110,11 +129,14 @@ def test_an_offline_run_holds_the_config_and_mirrors_every_scalar(tmp_path, monk
     again.finish()
 
 
-@pytest.mark.parametrize("cfg, message", [
-    ({"wandb_activate": "yes"}, "wandb_activate='yes': expected true or false"),
-    ({"wandb_activate": True, "wandb_project": ""}, "wandb_project=''"),
-    ({"wandb_group": 3}, "wandb_group=3: expected a string"),
-])
+@pytest.mark.parametrize(
+    "cfg, message",
+    [
+        ({"wandb_activate": "yes"}, "wandb_activate='yes': expected true or false"),
+        ({"wandb_activate": True, "wandb_project": ""}, "wandb_project=''"),
+        ({"wandb_group": 3}, "wandb_group=3: expected a string"),
+    ],
+)
 def test_bad_settings_are_one_line(cfg, message):
     with pytest.raises(WandbError, match=message.replace("(", r"\(")):
         WandbSettings.from_config(cfg)

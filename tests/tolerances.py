@@ -26,8 +26,9 @@ def summation_order_bound(reference: torch.Tensor, bf16: bool = False) -> float:
     return BF16_RELATIVE * scale if bf16 else FP32_RELATIVE * scale + FP32_ABSOLUTE
 
 
-def assert_summation_order_close(actual: torch.Tensor | None, reference: torch.Tensor | None, *,
-                                 bf16: bool = False, name: str = "") -> None:
+def assert_summation_order_close(
+    actual: torch.Tensor | None, reference: torch.Tensor | None, *, bf16: bool = False, name: str = ""
+) -> None:
     """Within the bound; ``None`` (no gradient) must match ``None``."""
     if actual is None or reference is None:
         assert actual is None and reference is None, f"{name}: a gradient in one model only"

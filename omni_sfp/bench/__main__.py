@@ -40,7 +40,9 @@ def _units(text: str) -> tuple[int, ...]:
     try:
         units = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layer sizes, e.g. 256,128,64") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of layer sizes, e.g. 256,128,64"
+        ) from None
     return units
 
 
@@ -57,10 +59,14 @@ def _positive(text: str) -> int:
 def build_parser() -> Parser:
     parser = Parser(prog="python -m omni_sfp.bench", description=__doc__.split("\n\n")[0])
     timing = parser.add_argument_group("timing (default mode)")
-    timing.add_argument("--preset", choices=list(PRESETS), default=None,
-                        help="cpu (default): big network sized for 2 CPU cores, under 10 minutes; reference: the "
-                             "reference table's sizes, for a GPU; cartpole: the default training run's small network "
-                             "on Cartpole (rollout SPS); quick: tiny, seconds")
+    timing.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=None,
+        help="cpu (default): big network sized for 2 CPU cores, under 10 minutes; reference: the "
+        "reference table's sizes, for a GPU; cartpole: the default training run's small network "
+        "on Cartpole (rollout SPS); quick: tiny, seconds",
+    )
     timing.add_argument("--quick", action="store_true", help="the quick preset")
     timing.add_argument("--units", type=_units, help="trunk layer sizes, e.g. 256,128,64")
     timing.add_argument("--envs", type=_positive, help="number of environments")
@@ -71,33 +77,52 @@ def build_parser() -> Parser:
     timing.add_argument("--minibatch", type=_positive, help="minibatch size (must divide envs x horizon)")
     timing.add_argument("--episode-length", type=_positive, help="time limit of the env's episodes")
     timing.add_argument("--repetitions", type=_positive, help="interleaved runs per row (preset: 3)")
-    timing.add_argument("--rows", default="default",
-                        help=f"default, all, or comma-separated row ids: {', '.join(ROWS)}")
-    timing.add_argument("--replay", type=_positive, metavar="K",
-                        help="record K steps of --task once and replay them in every run (env cost near zero)")
-    timing.add_argument("--task", help="with --replay: the task to record (any registered name; default "
-                                       "ConstantCost)")
+    timing.add_argument(
+        "--rows", default="default", help=f"default, all, or comma-separated row ids: {', '.join(ROWS)}"
+    )
+    timing.add_argument(
+        "--replay",
+        type=_positive,
+        metavar="K",
+        help="record K steps of --task once and replay them in every run (env cost near zero)",
+    )
+    timing.add_argument("--task", help="with --replay: the task to record (any registered name; default ConstantCost)")
     timing.add_argument("--rlgames-compile", action="store_true", help="rl_games' torch_compile on (default off)")
     parser.add_argument("--threads", type=_positive, help="torch threads per run (default: the cores available)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--seed", type=int, default=0, help="seed of every timed run (quality: the first seed)")
     parser.add_argument("--out", default="bench_results", help="folder for the JSON, markdown and PNG outputs")
     cold = parser.add_argument_group("cold start")
-    cold.add_argument("--cold-start", action="store_true",
-                      help="time `python -m omni_sfp.train` from the command to the end of its first iteration")
-    cold.add_argument("--train-args", default="", metavar="OVERRIDES",
-                      help="with --cold-start: the training overrides, e.g. 'task=LQR60x8 num_envs=256'")
+    cold.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="time `python -m omni_sfp.train` from the command to the end of its first iteration",
+    )
+    cold.add_argument(
+        "--train-args",
+        default="",
+        metavar="OVERRIDES",
+        help="with --cold-start: the training overrides, e.g. 'task=LQR60x8 num_envs=256'",
+    )
     quality = parser.add_argument_group("quality")
     quality.add_argument("--quality", action="store_true", help="the quality evaluation instead of timing")
     quality.add_argument("--seeds", type=_positive, help="seeds per configuration (default 5)")
     quality.add_argument("--quality-tasks", default=QUALITY_TASKS, help="comma-separated tasks to train")
     quality.add_argument("--iterations", type=_positive, help="PPO updates per run (default: each task's config)")
-    quality.add_argument("--quality-configs", help="comma-separated rows (default all): sfp-fp32, double-fp32, "
-                                                   "sfp-mixed, double-mixed, rl_games, skrl")
-    quality.add_argument("--jobs", type=_positive, help="runs trained at once, one process and torch thread each "
-                                                      "(default 1)")
-    quality.add_argument("--quality-set", action="append", default=[], metavar="KEY=VALUE",
-                         help="a training config override for every row, as for python -m omni_sfp.train (repeatable)")
+    quality.add_argument(
+        "--quality-configs",
+        help="comma-separated rows (default all): sfp-fp32, double-fp32, sfp-mixed, double-mixed, rl_games, skrl",
+    )
+    quality.add_argument(
+        "--jobs", type=_positive, help="runs trained at once, one process and torch thread each (default 1)"
+    )
+    quality.add_argument(
+        "--quality-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a training config override for every row, as for python -m omni_sfp.train (repeatable)",
+    )
     return parser
 
 
@@ -123,13 +148,24 @@ def _meta(device: str, threads: int, argv: list[str]) -> dict:
 
     cpu = platform.processor() or "unknown CPU"
     if Path("/proc/cpuinfo").is_file():
-        models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")]
+        models = [
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ]
         cpu = models[0] if models else cpu
-    return {"date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"), "cpu": cpu,
-            "cores": len(os.sched_getaffinity(0)), "device": device, "threads": threads,
-            "python": platform.python_version(), "torch": installed("torch"), "skrl": installed("skrl"),
-            "rl_games": installed("rl-games"), "command": shlex.join(["python", "-m", "omni_sfp.bench", *argv])}
+    return {
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "device": device,
+        "threads": threads,
+        "python": platform.python_version(),
+        "torch": installed("torch"),
+        "skrl": installed("skrl"),
+        "rl_games": installed("rl-games"),
+        "command": shlex.join(["python", "-m", "omni_sfp.bench", *argv]),
+    }
 
 
 def _log(line: str) -> None:
@@ -138,20 +174,39 @@ def _log(line: str) -> None:
 
 
 def _check_mode(parser: Parser, args: argparse.Namespace) -> None:
-    timing_only = {"--replay": args.replay, "--task": args.task, "--rlgames-compile": args.rlgames_compile or None,
-                   "--rows": None if args.rows == "default" else args.rows, "--preset": args.preset,
-                   "--quick": args.quick or None, "--repetitions": args.repetitions, "--updates": args.updates,
-                   "--units": args.units, "--envs": args.envs, "--horizon": args.horizon, "--warmup": args.warmup,
-                   "--epochs": args.epochs, "--minibatch": args.minibatch, "--episode-length": args.episode_length}
-    quality_only = {"--seeds": args.seeds, "--iterations": args.iterations, "--quality-configs": args.quality_configs,
-                    "--jobs": args.jobs,
-                    "--quality-set": args.quality_set or None,
-                    "--quality-tasks": None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks}
+    timing_only = {
+        "--replay": args.replay,
+        "--task": args.task,
+        "--rlgames-compile": args.rlgames_compile or None,
+        "--rows": None if args.rows == "default" else args.rows,
+        "--preset": args.preset,
+        "--quick": args.quick or None,
+        "--repetitions": args.repetitions,
+        "--updates": args.updates,
+        "--units": args.units,
+        "--envs": args.envs,
+        "--horizon": args.horizon,
+        "--warmup": args.warmup,
+        "--epochs": args.epochs,
+        "--minibatch": args.minibatch,
+        "--episode-length": args.episode_length,
+    }
+    quality_only = {
+        "--seeds": args.seeds,
+        "--iterations": args.iterations,
+        "--quality-configs": args.quality_configs,
+        "--jobs": args.jobs,
+        "--quality-set": args.quality_set or None,
+        "--quality-tasks": None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks,
+    }
     if args.cold_start:
         if args.quality:
             parser.error("--cold-start and --quality are two modes: choose one")
-        misplaced = [flag for flag, value in {**timing_only, **quality_only}.items()
-                     if value is not None and flag != "--repetitions"]
+        misplaced = [
+            flag
+            for flag, value in {**timing_only, **quality_only}.items()
+            if value is not None and flag != "--repetitions"
+        ]
         if misplaced:
             parser.error(f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply with --cold-start")
         return
@@ -159,8 +214,10 @@ def _check_mode(parser: Parser, args: argparse.Namespace) -> None:
         parser.error("--train-args applies only with --cold-start")
     misplaced = [flag for flag, value in (timing_only if args.quality else quality_only).items() if value is not None]
     if misplaced:
-        parser.error(f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply "
-                     f"{'with' if args.quality else 'without'} --quality")
+        parser.error(
+            f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply "
+            f"{'with' if args.quality else 'without'} --quality"
+        )
     if args.task is not None and args.replay is None:
         parser.error("--task needs --replay K: live timing runs on ConstantCost, whose work per step is fixed")
     if args.quick and args.preset not in (None, "quick"):
@@ -193,22 +250,34 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
 
     preset = "quick" if args.quick else args.preset or "cpu"
     base, default_repetitions = PRESETS[preset]
-    work = base.replace(units=args.units, num_envs=args.envs, horizon=args.horizon, updates=args.updates,
-                        warmup_updates=args.warmup, epochs=args.epochs, minibatch_size=args.minibatch,
-                        episode_length=args.episode_length)
+    work = base.replace(
+        units=args.units,
+        num_envs=args.envs,
+        horizon=args.horizon,
+        updates=args.updates,
+        warmup_updates=args.warmup,
+        epochs=args.epochs,
+        minibatch_size=args.minibatch,
+        episode_length=args.episode_length,
+    )
     try:
         work.check()
         rows = select_rows(args.rows, preset)
     except ValueError as error:
         parser.error(str(error))
     if any(row.framework == "rlgames" for row in rows) and importlib.util.find_spec("rl_games") is None:
-        parser.error("rl_games is not installed: pip install 'omni-sfp[bench]' (rl-games==1.6.5, tensorboardX), "
-                     "or choose rows without it (--rows)")
+        parser.error(
+            "rl_games is not installed: pip install 'omni-sfp[bench]' (rl-games==1.6.5, tensorboardX), "
+            "or choose rows without it (--rows)"
+        )
     repetitions = args.repetitions or default_repetitions
 
     recording, replay = None, None
-    meta["env"] = (f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
-                   if work.task == "ConstantCost" else f"{work.task} (embedded), {work.episode_length}-step time limit")
+    meta["env"] = (
+        f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
+        if work.task == "ConstantCost"
+        else f"{work.task} (embedded), {work.episode_length}-step time limit"
+    )
     if args.replay:
         from omni_sfp.bench.replay import record
 
@@ -223,11 +292,23 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
         replay = str(scratch / "recording.pt")
         recording.save(replay)
     meta["load_before"] = os.getloadavg()[0]
-    log(f"[bench] {preset} preset: {len(rows)} rows x {repetitions} repetitions, {threads} threads, {device}; "
-        f"{meta['env']}")
+    log(
+        f"[bench] {preset} preset: {len(rows)} rows x {repetitions} repetitions, {threads} threads, {device}; "
+        f"{meta['env']}"
+    )
     try:
-        runs = run_interleaved(rows, work, repetitions=repetitions, log=log, device=device, seed=args.seed,
-                               threads=threads, replay=replay, rlgames_compile=args.rlgames_compile, scratch=scratch)
+        runs = run_interleaved(
+            rows,
+            work,
+            repetitions=repetitions,
+            log=log,
+            device=device,
+            seed=args.seed,
+            threads=threads,
+            replay=replay,
+            rlgames_compile=args.rlgames_compile,
+            scratch=scratch,
+        )
     except WorkerError as error:  # the scratch folder stays: it holds the failed run's log
         print(f"omni_sfp.bench: error: {error}", file=sys.stderr)
         return 1
@@ -237,8 +318,14 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
     meta["load_after"] = os.getloadavg()[0]
     shutil.rmtree(scratch)
     entries = report_mod.summarize(rows, runs, work)
-    report = {"preset": preset, "meta": meta, "work": dataclasses.asdict(work),
-              "repetitions": repetitions, "rows": entries, "targets": report_mod.targets(entries, work)}
+    report = {
+        "preset": preset,
+        "meta": meta,
+        "work": dataclasses.asdict(work),
+        "repetitions": repetitions,
+        "rows": entries,
+        "targets": report_mod.targets(entries, work),
+    }
     paths = report_mod.save(report, out / f"bench-{preset}-{stamp}")
     print(report_mod.markdown(report))
     log(f"[bench] wrote {', '.join(map(str, paths))}")
@@ -282,9 +369,17 @@ def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
         parser.error(str(error))
     runs_dir = Path(tempfile.mkdtemp(prefix="omni_sfp_quality_"))
     try:
-        results = run_quality(tasks=tasks, seeds=range(args.seed, args.seed + seeds), device=device,
-                              runs_dir=runs_dir, iterations=args.iterations, log=log, configs=configs,
-                              overrides=args.quality_set, workers=args.jobs or 1)
+        results = run_quality(
+            tasks=tasks,
+            seeds=range(args.seed, args.seed + seeds),
+            device=device,
+            runs_dir=runs_dir,
+            iterations=args.iterations,
+            log=log,
+            configs=configs,
+            overrides=args.quality_set,
+            workers=args.jobs or 1,
+        )
     finally:
         shutil.rmtree(runs_dir, ignore_errors=True)
     report = {"meta": meta, "seeds": seeds, "tasks": results}

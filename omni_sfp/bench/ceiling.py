@@ -87,8 +87,9 @@ def _time_product(product: Product, dtype: torch.dtype, device: torch.device, sy
     return best
 
 
-def measure_ceiling(work: Work, observation_size: int, action_size: int, *, mixed_precision: bool,
-                    device: torch.device) -> dict:
+def measure_ceiling(
+    work: Work, observation_size: int, action_size: int, *, mixed_precision: bool, device: torch.device
+) -> dict:
     """Seconds per update of the bare products at the best rate seen, and the TFLOP/s that gives."""
     dtype = mixed_dtype(device.type) if mixed_precision else torch.float32
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -100,5 +101,9 @@ def measure_ceiling(work: Work, observation_size: int, action_size: int, *, mixe
                 best[p.m, p.k, p.n] = _time_product(p, dtype, device, sync)
     seconds = sum(best[p.m, p.k, p.n] * p.count for p in products)
     flops = sum(p.flops for p in products)
-    return {"update_s": seconds, "flops_per_update": flops, "tflops": flops / seconds / 1e12,
-            "dtype": str(dtype).removeprefix("torch.")}
+    return {
+        "update_s": seconds,
+        "flops_per_update": flops,
+        "tflops": flops / seconds / 1e12,
+        "dtype": str(dtype).removeprefix("torch."),
+    }

@@ -26,17 +26,27 @@ def time_to_first_iteration(overrides: list[str], *, threads: int, timeout_s: fl
     """One cold start: the wall time to the first progress line, and that iteration's own duration."""
     with tempfile.TemporaryDirectory(prefix="omni_sfp_cold_") as folder:
         progress = Path(folder) / "progress.jsonl"
-        command = [sys.executable, "-m", "omni_sfp.train", *overrides, "max_iterations=2",
-                   f"progress_file={progress}", "experiment=coldstart"]
+        command = [
+            sys.executable,
+            "-m",
+            "omni_sfp.train",
+            *overrides,
+            "max_iterations=2",
+            f"progress_file={progress}",
+            "experiment=coldstart",
+        ]
         environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         start = time.perf_counter()
-        process = subprocess.Popen(command, cwd=folder, env=environment, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            command, cwd=folder, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         try:
             while not (progress.is_file() and progress.read_text().endswith("\n")):
                 if process.poll() is not None:
-                    raise RuntimeError(f"`{' '.join(command)}` exited with {process.returncode} before its first "
-                                       f"iteration: {process.stderr.read().strip()[-500:]}")
+                    raise RuntimeError(
+                        f"`{' '.join(command)}` exited with {process.returncode} before its first "
+                        f"iteration: {process.stderr.read().strip()[-500:]}"
+                    )
                 if time.perf_counter() - start > timeout_s:
                     raise RuntimeError(f"no first iteration after {timeout_s:.0f} s: `{' '.join(command)}`")
                 time.sleep(POLL_S)
@@ -47,8 +57,7 @@ def time_to_first_iteration(overrides: list[str], *, threads: int, timeout_s: fl
             process.wait()
         first = json.loads(progress.read_text().splitlines()[0])
     iteration = first["rollout_s"] + first["update_s"]
-    return {"to_first_iteration_s": wall, "first_iteration_s": iteration, "startup_s": wall - iteration,
-            "cpu_s": cpu}
+    return {"to_first_iteration_s": wall, "first_iteration_s": iteration, "startup_s": wall - iteration, "cpu_s": cpu}
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -73,10 +82,16 @@ def measure_cold_start(overrides: list[str], *, repetitions: int, threads: int) 
 
 def markdown(summary: dict[str, Any]) -> str:
     command = " ".join(["python -m omni_sfp.train", *summary["overrides"]])
-    lines = [f"Cold start of `{command}` ({len(summary['runs'])} runs, medians [min-max]):", "",
-             "| to the end of iteration 1 | start-up (before iteration 1) | iteration 1 | CPU time to the end of "
-             "iteration 1 |", "|---|---|---|---|"]
-    cells = [f"{summary[k]['median']:.2f} s [{summary[k]['min']:.2f}-{summary[k]['max']:.2f}]"
-             for k in ("to_first_iteration_s", "startup_s", "first_iteration_s", "cpu_s")]
+    lines = [
+        f"Cold start of `{command}` ({len(summary['runs'])} runs, medians [min-max]):",
+        "",
+        "| to the end of iteration 1 | start-up (before iteration 1) | iteration 1 | CPU time to the end of "
+        "iteration 1 |",
+        "|---|---|---|---|",
+    ]
+    cells = [
+        f"{summary[k]['median']:.2f} s [{summary[k]['min']:.2f}-{summary[k]['max']:.2f}]"
+        for k in ("to_first_iteration_s", "startup_s", "first_iteration_s", "cpu_s")
+    ]
     lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

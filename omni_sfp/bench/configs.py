@@ -60,8 +60,10 @@ class Work:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.batch_size % self.minibatch_size:
-            raise ValueError(f"minibatch size {self.minibatch_size} does not divide num_envs * horizon = "
-                             f"{self.num_envs} * {self.horizon} = {self.batch_size}")
+            raise ValueError(
+                f"minibatch size {self.minibatch_size} does not divide num_envs * horizon = "
+                f"{self.num_envs} * {self.horizon} = {self.batch_size}"
+            )
 
     def replace(self, **changes) -> Work:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -71,21 +73,66 @@ PRESETS: dict[str, tuple[Work, int]] = {
     # The reference table (../shared/reference/single-forward-pass.txt): big network, 3840 steps per env, on
     # OmniIsaacGymEnvs' Ant, whose rl_games config gives the rest (4096 envs, horizon 16, minibatch 32768,
     # 4 mini-epochs, 1000-step episodes). Meant for a GPU.
-    "reference": (Work(units=BIG_NETWORK, num_envs=4096, horizon=16, updates=240, warmup_updates=1, epochs=4,
-                       minibatch_size=32768, episode_length=1000), 3),
+    "reference": (
+        Work(
+            units=BIG_NETWORK,
+            num_envs=4096,
+            horizon=16,
+            updates=240,
+            warmup_updates=1,
+            epochs=4,
+            minibatch_size=32768,
+            episode_length=1000,
+        ),
+        3,
+    ),
     # The same network family and per-update shape (2 minibatches x 4 mini-epochs) sized for 2 CPU cores:
     # under 10 minutes for the default rows. 256 envs with 256-step episodes: one env truncates every step,
     # as 4096 envs with 1000-step episodes do on a GPU.
-    "cpu": (Work(units=BIG_NETWORK, num_envs=256, horizon=16, updates=2, warmup_updates=1, epochs=4,
-                 minibatch_size=2048, episode_length=256), 3),
+    "cpu": (
+        Work(
+            units=BIG_NETWORK,
+            num_envs=256,
+            horizon=16,
+            updates=2,
+            warmup_updates=1,
+            epochs=4,
+            minibatch_size=2048,
+            episode_length=256,
+        ),
+        3,
+    ),
     # The default training run (python -m omni_sfp.train: Cartpole, [256, 128, 64], 512 envs, 8 x 4 minibatches)
     # on the same embedded Cartpole for every row: bound by per-step host work, not arithmetic. The table adds
     # rollout SPS and learning seconds per update; its default rows are the omni-sfp / rl_games pair.
-    "cartpole": (Work(units=(256, 128, 64), num_envs=512, horizon=16, updates=8, warmup_updates=2, epochs=8,
-                      minibatch_size=2048, episode_length=500, task="Cartpole"), 3),
+    "cartpole": (
+        Work(
+            units=(256, 128, 64),
+            num_envs=512,
+            horizon=16,
+            updates=8,
+            warmup_updates=2,
+            epochs=8,
+            minibatch_size=2048,
+            episode_length=500,
+            task="Cartpole",
+        ),
+        3,
+    ),
     # Tiny: every row end to end in seconds (tests, smoke runs); the numbers mean nothing.
-    "quick": (Work(units=(32, 32), num_envs=16, horizon=8, updates=2, warmup_updates=1, epochs=2,
-                   minibatch_size=64, episode_length=16), 3),
+    "quick": (
+        Work(
+            units=(32, 32),
+            num_envs=16,
+            horizon=8,
+            updates=2,
+            warmup_updates=1,
+            epochs=2,
+            minibatch_size=64,
+            episode_length=16,
+        ),
+        3,
+    ),
 }
 
 
@@ -106,8 +153,13 @@ class Row:
 
     @property
     def label(self) -> str:
-        names = {"rlgames": "rl_games", "omni": "omni-sfp", "skrl": "skrl built-in", "floor": "compute floor",
-                 "ceiling": "GEMM ceiling"}
+        names = {
+            "rlgames": "rl_games",
+            "omni": "omni-sfp",
+            "skrl": "skrl built-in",
+            "floor": "compute floor",
+            "ceiling": "GEMM ceiling",
+        }
         parts = [names[self.framework]]
         if self.framework == "omni":
             parts.append("SFP (auto)" if self.single_forward_pass else "double pass (off)")
@@ -153,8 +205,9 @@ ROWS: dict[str, Row] = _rows()
 # The default table: everything but the double pass with bootstrap (its cost is the double pass plus one more
 # forward per step, which says nothing new) and the compiled rows (their first update compiles: tens of
 # seconds on a CPU); ``--rows all`` adds them.
-DEFAULT_ROWS: tuple[str, ...] = tuple(r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb"))
-                                      and not r.endswith("-compiled"))
+DEFAULT_ROWS: tuple[str, ...] = tuple(
+    r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb")) and not r.endswith("-compiled")
+)
 
 
 # The cartpole preset's default: the small-network pair of issue 14, with the floor and ceiling for scale.
@@ -173,8 +226,9 @@ def select_rows(spec: str, preset: str = "cpu") -> list[Row]:
     wanted = [part.strip() for part in spec.split(",") if part.strip()]
     unknown = [r for r in wanted if r not in ROWS]
     if unknown or not wanted:
-        raise ValueError(f"unknown row {', '.join(unknown) or repr(spec)}; "
-                         f"rows: default, all, or any of {', '.join(ROWS)}")
+        raise ValueError(
+            f"unknown row {', '.join(unknown) or repr(spec)}; rows: default, all, or any of {', '.join(ROWS)}"
+        )
     return [row for row in ROWS.values() if row.id in wanted]
 
 

@@ -38,8 +38,18 @@ def make_bench_env(work: Work, *, device: str | torch.device, seed: int, replay:
             raise ValueError(f"recording {replay} has {recording.num_envs} envs, the work asks for {work.num_envs}")
         return EmbeddedEnvWrapper(ReplayTask(recording))
     if work.task != "ConstantCost":  # a learnable task as `python -m omni_sfp.train` builds it (its own settings)
-        return make_env(work.task, num_envs=work.num_envs, device=device, seed=seed,
-                        task_cfg={"max_episode_length": work.episode_length})
-    env = make_env("ConstantCost", num_envs=work.num_envs, device=device, seed=seed,
-                   task_cfg={"max_episode_length": work.episode_length, "validate_actions": False})
+        return make_env(
+            work.task,
+            num_envs=work.num_envs,
+            device=device,
+            seed=seed,
+            task_cfg={"max_episode_length": work.episode_length},
+        )
+    env = make_env(
+        "ConstantCost",
+        num_envs=work.num_envs,
+        device=device,
+        seed=seed,
+        task_cfg={"max_episode_length": work.episode_length, "validate_actions": False},
+    )
     return StaggeredStart(env._env)

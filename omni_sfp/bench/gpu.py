@@ -24,8 +24,18 @@ from pathlib import Path
 from omni_sfp.bench.__main__ import Parser, _meta, _positive
 from omni_sfp.bench.configs import PRESETS, select_rows
 
-ROWS = ("rlgames-fp32", "rlgames-mixed", "omni-double-fp32", "omni-double-mixed", "omni-sfp-fp32", "omni-sfp-mixed",
-        "floor-fp32", "floor-mixed", "ceiling-fp32", "ceiling-mixed")
+ROWS = (
+    "rlgames-fp32",
+    "rlgames-mixed",
+    "omni-double-fp32",
+    "omni-double-mixed",
+    "omni-sfp-fp32",
+    "omni-sfp-mixed",
+    "floor-fp32",
+    "floor-mixed",
+    "ceiling-fp32",
+    "ceiling-mixed",
+)
 START, END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
@@ -51,8 +61,10 @@ def device_name(device: str) -> str:
     import torch
 
     if device == "cuda":
-        return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}, driver capability " \
-               f"{'.'.join(map(str, torch.cuda.get_device_capability(0)))})"
+        return (
+            f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}, driver capability "
+            f"{'.'.join(map(str, torch.cuda.get_device_capability(0)))})"
+        )
     return "no GPU: a CPU dry run of the script (--device cpu)"
 
 
@@ -73,8 +85,17 @@ def run_tests(arguments: str) -> tuple[int, str]:
 def section(report_markdown: str, meta: dict, gpu: str, tests: str) -> str:
     """The text between the markers: when, where, the test result and the bench's own table."""
     body = report_markdown.split("\n", 1)[1].strip()  # the bench's title line gives way to ours
-    return "\n".join([START, f"### GPU run: {gpu}, {meta['date']}", "",
-                      f"Written by `{meta['gpu_command']}`. Tests: {tests}.", "", body, END])
+    return "\n".join(
+        [
+            START,
+            f"### GPU run: {gpu}, {meta['date']}",
+            "",
+            f"Written by `{meta['gpu_command']}`. Tests: {tests}.",
+            "",
+            body,
+            END,
+        ]
+    )
 
 
 def write_section(doc: Path, text: str) -> None:
@@ -118,15 +139,31 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="omni_sfp_gpu_") as scratch:
         try:
-            runs = run_interleaved(rows, work, repetitions=args.repetitions, log=log, device=args.device, seed=0,
-                                   threads=threads, replay=None, rlgames_compile=False, scratch=Path(scratch))
+            runs = run_interleaved(
+                rows,
+                work,
+                repetitions=args.repetitions,
+                log=log,
+                device=args.device,
+                seed=0,
+                threads=threads,
+                replay=None,
+                rlgames_compile=False,
+                scratch=Path(scratch),
+            )
         except WorkerError as error:
             print(f"omni_sfp.bench.gpu: error: {error}", file=sys.stderr)
             return 1
     meta["load_after"] = os.getloadavg()[0]
     entries = report_mod.summarize(rows, runs, work)
-    report = {"preset": preset, "meta": meta, "work": dataclasses.asdict(work), "repetitions": args.repetitions,
-              "rows": entries, "targets": report_mod.targets(entries, work)}
+    report = {
+        "preset": preset,
+        "meta": meta,
+        "work": dataclasses.asdict(work),
+        "repetitions": args.repetitions,
+        "rows": entries,
+        "targets": report_mod.targets(entries, work),
+    }
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     paths = report_mod.save(report, Path(args.out) / f"bench-gpu-{preset}-{stamp}")
     code, tests = run_tests(args.tests)

@@ -20,36 +20,38 @@ def _flag(value: bool) -> str:
 
 def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
     """The training config of a row as ``python -m omni_sfp.train`` overrides, validated like any user's."""
-    return load_config([
-        f"task={work.task}",
-        f"num_envs={work.num_envs}",
-        f"device={device}",
-        f"seed={seed}",
-        f"max_iterations={work.total_updates}",
-        f"train.models.units=[{','.join(map(str, work.units))}]",
-        f"train.models.activation={work.activation}",
-        f"train.models.compile={_flag(row.compile)}",
-        f"train.mixed_precision={_flag(row.mixed_precision)}",
-        "train.sfp.enabled=true",
-        f"train.sfp.cache_check={'auto' if row.single_forward_pass else 'off'}",
-        f"train.ppo.rollouts={work.horizon}",
-        f"train.ppo.learning_epochs={work.epochs}",
-        f"train.ppo.mini_batches={work.mini_batches}",
-        f"train.ppo.learning_rate={work.learning_rate}",
-        "train.ppo.learning_rate_schedule=fixed",
-        "train.ppo.kl_threshold=0",
-        f"train.ppo.discount_factor={work.discount_factor}",
-        f"train.ppo.gae_lambda={work.gae_lambda}",
-        f"train.ppo.ratio_clip={work.ratio_clip}",
-        f"train.ppo.value_clip={work.value_clip}",
-        f"train.ppo.grad_norm_clip={work.grad_norm_clip}",
-        "train.ppo.entropy_loss_scale=0.0",
-        "train.ppo.value_loss_scale=1.0",
-        f"train.ppo.rewards_scale={work.rewards_scale}",
-        f"train.ppo.time_limit_bootstrap={_flag(row.time_limit_bootstrap)}",
-        "train.ppo.observation_normalization=true",
-        "train.ppo.value_normalization=true",
-    ])
+    return load_config(
+        [
+            f"task={work.task}",
+            f"num_envs={work.num_envs}",
+            f"device={device}",
+            f"seed={seed}",
+            f"max_iterations={work.total_updates}",
+            f"train.models.units=[{','.join(map(str, work.units))}]",
+            f"train.models.activation={work.activation}",
+            f"train.models.compile={_flag(row.compile)}",
+            f"train.mixed_precision={_flag(row.mixed_precision)}",
+            "train.sfp.enabled=true",
+            f"train.sfp.cache_check={'auto' if row.single_forward_pass else 'off'}",
+            f"train.ppo.rollouts={work.horizon}",
+            f"train.ppo.learning_epochs={work.epochs}",
+            f"train.ppo.mini_batches={work.mini_batches}",
+            f"train.ppo.learning_rate={work.learning_rate}",
+            "train.ppo.learning_rate_schedule=fixed",
+            "train.ppo.kl_threshold=0",
+            f"train.ppo.discount_factor={work.discount_factor}",
+            f"train.ppo.gae_lambda={work.gae_lambda}",
+            f"train.ppo.ratio_clip={work.ratio_clip}",
+            f"train.ppo.value_clip={work.value_clip}",
+            f"train.ppo.grad_norm_clip={work.grad_norm_clip}",
+            "train.ppo.entropy_loss_scale=0.0",
+            "train.ppo.value_loss_scale=1.0",
+            f"train.ppo.rewards_scale={work.rewards_scale}",
+            f"train.ppo.time_limit_bootstrap={_flag(row.time_limit_bootstrap)}",
+            "train.ppo.observation_normalization=true",
+            "train.ppo.value_normalization=true",
+        ]
+    )
 
 
 def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Callable[[], None]) -> dict[str, Any]:

@@ -91,8 +91,10 @@ def select_configs(keys: str | None) -> tuple[QualityConfig, ...]:
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = [k for k in wanted if k not in CONFIG_KEYS]
     if unknown or not wanted:
-        raise ValueError(f"unknown quality configuration {', '.join(map(repr, unknown)) or repr(keys)}; "
-                         f"choose from {', '.join(CONFIG_KEYS)}")
+        raise ValueError(
+            f"unknown quality configuration {', '.join(map(repr, unknown)) or repr(keys)}; "
+            f"choose from {', '.join(CONFIG_KEYS)}"
+        )
     return tuple(c for c in CONFIGS if c.key in wanted)
 
 
@@ -101,12 +103,20 @@ def welch(name: str, a: list[float], b: list[float], alpha: float = ALPHA) -> di
     mean_a, mean_b = float(np.mean(a)), float(np.mean(b))
     means = f"mean {mean_a:.2f} vs {mean_b:.2f}"
     if len(a) < 2 or len(b) < 2:
-        return {"name": name, "p_value": None, "significant": None,
-                "verdict": f"{name}: undetermined, needs at least 2 seeds per configuration ({means})"}
+        return {
+            "name": name,
+            "p_value": None,
+            "significant": None,
+            "verdict": f"{name}: undetermined, needs at least 2 seeds per configuration ({means})",
+        }
     if np.ptp(a) == 0 and np.ptp(b) == 0:  # both samples constant: the test is undefined
         same = mean_a == mean_b
-        return {"name": name, "p_value": None, "significant": not same,
-                "verdict": f"{name}: {'identical results' if same else 'different constant results'} ({means})"}
+        return {
+            "name": name,
+            "p_value": None,
+            "significant": not same,
+            "verdict": f"{name}: {'identical results' if same else 'different constant results'} ({means})",
+        }
     p_value = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     significant = p_value < alpha
     if significant:
@@ -116,8 +126,15 @@ def welch(name: str, a: list[float], b: list[float], alpha: float = ALPHA) -> di
     return {"name": name, "p_value": p_value, "significant": significant, "verdict": verdict}
 
 
-def _config(task: str, seed: int, device: str, runs_dir: Path, iterations: int | None,
-            overrides: Sequence[str], extra: Sequence[str] = ()):
+def _config(
+    task: str,
+    seed: int,
+    device: str,
+    runs_dir: Path,
+    iterations: int | None,
+    overrides: Sequence[str],
+    extra: Sequence[str] = (),
+):
     from omni_sfp.config import load_config
 
     base = [f"task={task}", f"seed={seed}", f"device={device}", f"runs_dir={runs_dir}", *extra]
@@ -126,27 +143,46 @@ def _config(task: str, seed: int, device: str, runs_dir: Path, iterations: int |
     return load_config([*base, *overrides])
 
 
-def train_once(task: str, config: QualityConfig, seed: int, *, device: str, runs_dir: Path,
-               iterations: int | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def train_once(
+    task: str,
+    config: QualityConfig,
+    seed: int,
+    *,
+    device: str,
+    runs_dir: Path,
+    iterations: int | None,
+    overrides: Sequence[str] = (),
+) -> dict[str, Any]:
     """One training run; its final deterministic return and its learning curve.
 
     ``overrides`` (``key=value`` as for ``python -m omni_sfp.train``) apply to every trainer: the rl_games and
     skrl rows read the same resolved config, mapped one to one (:func:`rlgames_params`)."""
     if config.trainer == "rl_games":
-        return _train_rlgames(task, seed, device=device, runs_dir=runs_dir, iterations=iterations,
-                              overrides=overrides)
+        return _train_rlgames(task, seed, device=device, runs_dir=runs_dir, iterations=iterations, overrides=overrides)
     if config.trainer == "skrl":
         return _train_skrl(task, seed, device=device, runs_dir=runs_dir, iterations=iterations, overrides=overrides)
     from omni_sfp.runner import Runner
 
-    cfg = _config(task, seed, device, runs_dir, iterations, overrides, [
-        f"train.mixed_precision={str(config.mixed_precision).lower()}",
-        f"train.sfp.cache_check={'auto' if config.single_forward_pass else 'off'}"])
+    cfg = _config(
+        task,
+        seed,
+        device,
+        runs_dir,
+        iterations,
+        overrides,
+        [
+            f"train.mixed_precision={str(config.mixed_precision).lower()}",
+            f"train.sfp.cache_check={'auto' if config.single_forward_pass else 'off'}",
+        ],
+    )
     runner = Runner(cfg, disable_progressbar=True)
     summary = runner.train()
-    return {"final_return": summary.final_return, "optimal_return": summary.optimal_return,
-            "curve": [(p.timestep * runner.env.num_envs, p.mean_return) for p in summary.history],
-            "training_time_s": summary.training_time_s}
+    return {
+        "final_return": summary.final_return,
+        "optimal_return": summary.optimal_return,
+        "curve": [(p.timestep * runner.env.num_envs, p.mean_return) for p in summary.history],
+        "training_time_s": summary.training_time_s,
+    }
 
 
 class EpisodeRecorder(Wrapper):
@@ -193,8 +229,9 @@ def _peer_env(cfg):
 
     device = resolve_device(cfg.device)
     task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
-    env = make_env(cfg.task.name, num_envs=num_envs(cfg), device=device, seed=cfg.seed, headless=True,
-                   task_cfg=task_cfg)
+    env = make_env(
+        cfg.task.name, num_envs=num_envs(cfg), device=device, seed=cfg.seed, headless=True, task_cfg=task_cfg
+    )
     return EpisodeRecorder(env), device
 
 
@@ -215,63 +252,85 @@ def rlgames_params(cfg, *, device: str, train_dir: str, threads: int) -> dict[st
 
     t, p = cfg.train, cfg.train.ppo
     if p.value_clip and p.value_clip != p.ratio_clip:
-        raise ValueError(f"rl_games clips the value by e_clip: value_clip {p.value_clip} must equal ratio_clip "
-                         f"{p.ratio_clip} or be 0")
+        raise ValueError(
+            f"rl_games clips the value by e_clip: value_clip {p.value_clip} must equal ratio_clip "
+            f"{p.ratio_clip} or be 0"
+        )
     if p.kl_threshold:
         raise ValueError("rl_games has no KL early stop: set train.ppo.kl_threshold=0 for the rl_games row")
     envs = num_envs(cfg)
-    return {"params": {
-        "seed": int(cfg.seed),
-        "torch_threads": threads,
-        "algo": {"name": "a2c_continuous"},
-        "model": {"name": "continuous_a2c_logstd"},
-        "network": {
-            "name": "actor_critic",
-            "separate": bool(t.models.separate),
-            "space": {"continuous": {"mu_activation": "None", "sigma_activation": "None",
-                                     "mu_init": {"name": "default"},
-                                     "sigma_init": {"name": "const_initializer", "val": float(t.models.initial_log_std)},
-                                     "fixed_sigma": True}},
-            "mlp": {"units": list(t.models.units), "activation": t.models.activation, "d2rl": False,
-                    "initializer": {"name": "default"}, "regularizer": {"name": "None"}},
-        },
-        "config": {
-            "name": "quality", "full_experiment_name": "quality", "env_name": ENV_NAME,
-            "device": device, "device_name": device, "multi_gpu": False, "ppo": True,
-            "mixed_precision": bool(t.mixed_precision),
-            "normalize_input": bool(p.observation_normalization),
-            "normalize_value": bool(p.value_normalization),
-            "value_bootstrap": bool(p.time_limit_bootstrap),
-            "num_actors": envs,
-            "reward_shaper": {"scale_value": float(p.rewards_scale)},
-            "normalize_advantage": True,
-            "gamma": float(p.discount_factor), "tau": float(p.gae_lambda),
-            "learning_rate": float(p.learning_rate),
-            "lr_schedule": "adaptive" if p.learning_rate_schedule == "kl_adaptive" else None,
-            "schedule_type": "legacy",
-            "kl_threshold": float(p.desired_kl),
-            "score_to_win": math.inf,
-            "max_epochs": int(cfg.max_iterations or t.max_iterations),
-            "save_best_after": int(cfg.max_iterations or t.max_iterations) + 1,
-            "save_frequency": 0,
-            "grad_norm": float(p.grad_norm_clip) or 1.0, "truncate_grads": bool(p.grad_norm_clip),
-            "entropy_coef": float(p.entropy_loss_scale),
-            "e_clip": float(p.ratio_clip),
-            "clip_value": bool(p.value_clip),
-            "horizon_length": int(p.rollouts),
-            "minibatch_size": envs * int(p.rollouts) // int(p.mini_batches),
-            "mini_epochs": int(p.learning_epochs),
-            "critic_coef": 2.0 * float(p.value_loss_scale),
-            "seq_length": 4,
-            "bounds_loss_coef": float(p.bounds_loss_scale),
-            "train_dir": train_dir,
-            "torch_compile": False,
-        },
-    }}
+    return {
+        "params": {
+            "seed": int(cfg.seed),
+            "torch_threads": threads,
+            "algo": {"name": "a2c_continuous"},
+            "model": {"name": "continuous_a2c_logstd"},
+            "network": {
+                "name": "actor_critic",
+                "separate": bool(t.models.separate),
+                "space": {
+                    "continuous": {
+                        "mu_activation": "None",
+                        "sigma_activation": "None",
+                        "mu_init": {"name": "default"},
+                        "sigma_init": {"name": "const_initializer", "val": float(t.models.initial_log_std)},
+                        "fixed_sigma": True,
+                    }
+                },
+                "mlp": {
+                    "units": list(t.models.units),
+                    "activation": t.models.activation,
+                    "d2rl": False,
+                    "initializer": {"name": "default"},
+                    "regularizer": {"name": "None"},
+                },
+            },
+            "config": {
+                "name": "quality",
+                "full_experiment_name": "quality",
+                "env_name": ENV_NAME,
+                "device": device,
+                "device_name": device,
+                "multi_gpu": False,
+                "ppo": True,
+                "mixed_precision": bool(t.mixed_precision),
+                "normalize_input": bool(p.observation_normalization),
+                "normalize_value": bool(p.value_normalization),
+                "value_bootstrap": bool(p.time_limit_bootstrap),
+                "num_actors": envs,
+                "reward_shaper": {"scale_value": float(p.rewards_scale)},
+                "normalize_advantage": True,
+                "gamma": float(p.discount_factor),
+                "tau": float(p.gae_lambda),
+                "learning_rate": float(p.learning_rate),
+                "lr_schedule": "adaptive" if p.learning_rate_schedule == "kl_adaptive" else None,
+                "schedule_type": "legacy",
+                "kl_threshold": float(p.desired_kl),
+                "score_to_win": math.inf,
+                "max_epochs": int(cfg.max_iterations or t.max_iterations),
+                "save_best_after": int(cfg.max_iterations or t.max_iterations) + 1,
+                "save_frequency": 0,
+                "grad_norm": float(p.grad_norm_clip) or 1.0,
+                "truncate_grads": bool(p.grad_norm_clip),
+                "entropy_coef": float(p.entropy_loss_scale),
+                "e_clip": float(p.ratio_clip),
+                "clip_value": bool(p.value_clip),
+                "horizon_length": int(p.rollouts),
+                "minibatch_size": envs * int(p.rollouts) // int(p.mini_batches),
+                "mini_epochs": int(p.learning_epochs),
+                "critic_coef": 2.0 * float(p.value_loss_scale),
+                "seq_length": 4,
+                "bounds_loss_coef": float(p.bounds_loss_scale),
+                "train_dir": train_dir,
+                "torch_compile": False,
+            },
+        }
+    }
 
 
-def _train_rlgames(task: str, seed: int, *, device: str, runs_dir: Path, iterations: int | None,
-                   overrides: Sequence[str]) -> dict[str, Any]:
+def _train_rlgames(
+    task: str, seed: int, *, device: str, runs_dir: Path, iterations: int | None, overrides: Sequence[str]
+) -> dict[str, Any]:
     """rl_games 1.6.5 on the same env and config, driven as :mod:`omni_sfp.bench.rlgames` drives it."""
     from rl_games.common import env_configurations, vecenv
     from rl_games.common.algo_observer import AlgoObserver
@@ -294,12 +353,16 @@ def _train_rlgames(task: str, seed: int, *, device: str, runs_dir: Path, iterati
 
     name = str(torch_device)
     name = "cuda:0" if name == "cuda" else name
-    vecenv.register("OMNI_SFP_QUALITY", lambda config_name, num_actors, **kw: SkrlToRLGames(config_name, num_actors,
-                                                                                             **kw))
+    vecenv.register(
+        "OMNI_SFP_QUALITY", lambda config_name, num_actors, **kw: SkrlToRLGames(config_name, num_actors, **kw)
+    )
     env_configurations.register(ENV_NAME, {"vecenv_type": "OMNI_SFP_QUALITY", "env_creator": lambda **kw: env})
     runner = RLGamesRunner(Observer())
-    runner.load(rlgames_params(cfg, device=name, train_dir=str(runs_dir / f"rl_games_{task}_{seed}"),
-                               threads=torch.get_num_threads()))
+    runner.load(
+        rlgames_params(
+            cfg, device=name, train_dir=str(runs_dir / f"rl_games_{task}_{seed}"), threads=torch.get_num_threads()
+        )
+    )
     runner.reset()
     start = time.perf_counter()
     runner.run({"train": True, "play": False, "checkpoint": "", "sigma": None})
@@ -313,12 +376,17 @@ def _train_rlgames(task: str, seed: int, *, device: str, runs_dir: Path, iterati
         mu = algo.model({"is_train": False, "prev_actions": None, "obs": algo._preproc_obs(observations)})["mus"]
         return mu.clamp(-1.0, 1.0) if bounded else mu  # bounds are [-1, 1] where bounded: no rescaling needed
 
-    return {"final_return": evaluate(env, act, episodes=1, max_length=max_length), "optimal_return": optimal, "curve": env.curve,
-            "training_time_s": training_time}
+    return {
+        "final_return": evaluate(env, act, episodes=1, max_length=max_length),
+        "optimal_return": optimal,
+        "curve": env.curve,
+        "training_time_s": training_time,
+    }
 
 
-def _train_skrl(task: str, seed: int, *, device: str, runs_dir: Path, iterations: int | None,
-                overrides: Sequence[str]) -> dict[str, Any]:
+def _train_skrl(
+    task: str, seed: int, *, device: str, runs_dir: Path, iterations: int | None, overrides: Sequence[str]
+) -> dict[str, Any]:
     """Plain skrl PPO under skrl's SequentialTrainer, with skrl's own shared model in its correct double-pass
     mode (its unkeyed single forward pass serves stale features to the bootstrap calls, see the README)."""
     from skrl.memories.torch import RandomMemory
@@ -336,23 +404,44 @@ def _train_skrl(task: str, seed: int, *, device: str, runs_dir: Path, iterations
     m = cfg.train.models
     network = [{"name": "net", "input": "OBSERVATIONS", "layers": list(m.units), "activations": m.activation}]
     model = shared_model(
-        observation_space=env.observation_space, action_space=env.action_space, device=torch_device,
-        structure=["GaussianMixin", "DeterministicMixin"], roles=["policy", "value"],
-        parameters=[{"network": network, "output": "ACTIONS", "clip_log_std": True, "min_log_std": -20.0,
-                     "max_log_std": 2.0, "initial_log_std": float(m.initial_log_std)},
-                    {"network": network, "output": "ONE"}],
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device=torch_device,
+        structure=["GaussianMixin", "DeterministicMixin"],
+        roles=["policy", "value"],
+        parameters=[
+            {
+                "network": network,
+                "output": "ACTIONS",
+                "clip_log_std": True,
+                "min_log_std": -20.0,
+                "max_log_std": 2.0,
+                "initial_log_std": float(m.initial_log_std),
+            },
+            {"network": network, "output": "ONE"},
+        ],
         single_forward_pass=False,
     )
     for role in ("policy", "value"):
         model.init_state_dict(role=role)
     rollouts = int(cfg.train.ppo.rollouts)
-    agent = TimedPPO(models={"policy": model, "value": model},
-                     memory=RandomMemory(memory_size=rollouts, num_envs=env.num_envs, device=torch_device),
-                     observation_space=env.observation_space, action_space=env.action_space, device=torch_device,
-                     cfg=ppo_cfg(cfg, env, torch_device, run_dir=None), on_update=env.point)
+    agent = TimedPPO(
+        models={"policy": model, "value": model},
+        memory=RandomMemory(memory_size=rollouts, num_envs=env.num_envs, device=torch_device),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device=torch_device,
+        cfg=ppo_cfg(cfg, env, torch_device, run_dir=None),
+        on_update=env.point,
+    )
     updates = int(cfg.max_iterations or cfg.train.max_iterations)
-    trainer = SequentialTrainer(env=env, agents=agent, cfg=SequentialTrainerCfg(
-        timesteps=updates * rollouts, headless=True, disable_progressbar=True, close_environment_at_exit=False))
+    trainer = SequentialTrainer(
+        env=env,
+        agents=agent,
+        cfg=SequentialTrainerCfg(
+            timesteps=updates * rollouts, headless=True, disable_progressbar=True, close_environment_at_exit=False
+        ),
+    )
     start = time.perf_counter()
     trainer.train()
     training_time = time.perf_counter() - start
@@ -362,8 +451,12 @@ def _train_skrl(task: str, seed: int, *, device: str, runs_dir: Path, iterations
     def act(observations: torch.Tensor) -> torch.Tensor:
         return agent.act(observations, None, timestep=0, timesteps=0)[1]["mean_actions"]
 
-    return {"final_return": evaluate(env, act, episodes=1, max_length=max_length), "optimal_return": optimal, "curve": env.curve,
-            "training_time_s": training_time}
+    return {
+        "final_return": evaluate(env, act, episodes=1, max_length=max_length),
+        "optimal_return": optimal,
+        "curve": env.curve,
+        "training_time_s": training_time,
+    }
 
 
 class _Inline:
@@ -388,13 +481,23 @@ def _init_worker() -> None:
 def _pool(workers: int):
     if workers <= 1:
         return _Inline()
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker)
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
+    )
 
 
-def run_quality(*, tasks: list[str], seeds: Iterable[int], device: str, runs_dir: Path, iterations: int | None,
-                log: Callable[[str], None], configs: Sequence[QualityConfig] = CONFIGS,
-                overrides: Sequence[str] = (), workers: int = 1) -> dict[str, Any]:
+def run_quality(
+    *,
+    tasks: list[str],
+    seeds: Iterable[int],
+    device: str,
+    runs_dir: Path,
+    iterations: int | None,
+    log: Callable[[str], None],
+    configs: Sequence[QualityConfig] = CONFIGS,
+    overrides: Sequence[str] = (),
+    workers: int = 1,
+) -> dict[str, Any]:
     """Train every configuration once per seed and task (seed-major, so machine drift hits all alike).
 
     ``workers`` > 1 trains that many runs at once in separate processes (one torch thread each): a run's
@@ -405,14 +508,26 @@ def run_quality(*, tasks: list[str], seeds: Iterable[int], device: str, runs_dir
         jobs = [(task, config, seed) for seed in seeds for config in configs]
         finished = {}
         with _pool(workers) as pool:
-            futures = {pool.submit(train_once, task, config, seed, device=device, runs_dir=runs_dir,
-                                   iterations=iterations, overrides=overrides): (config, seed)
-                       for task, config, seed in jobs}
+            futures = {
+                pool.submit(
+                    train_once,
+                    task,
+                    config,
+                    seed,
+                    device=device,
+                    runs_dir=runs_dir,
+                    iterations=iterations,
+                    overrides=overrides,
+                ): (config, seed)
+                for task, config, seed in jobs
+            }
             for future in as_completed(futures):
                 config, seed = futures[future]
                 run = finished[(config.name, seed)] = future.result()
-                log(f"[quality] {task} seed {seed} {config.name}: final return {run['final_return']} "
-                    f"({run['training_time_s']:.1f} s)")
+                log(
+                    f"[quality] {task} seed {seed} {config.name}: final return {run['final_return']} "
+                    f"({run['training_time_s']:.1f} s)"
+                )
         runs = {c.name: [finished[(c.name, seed)] for seed in seeds] for c in configs}
         optimal = next((r["optimal_return"] for rs in runs.values() for r in rs), None)
         finals = {name: [r["final_return"] for r in rs if r["final_return"] is not None] for name, rs in runs.items()}
@@ -421,33 +536,53 @@ def run_quality(*, tasks: list[str], seeds: Iterable[int], device: str, runs_dir
             f = finals[name]
             verdicts = [solved(r["final_return"], optimal, task) for r in rs]
             configs_out[name] = {
-                "final_returns": f, "mean": float(np.mean(f)) if f else None,
+                "final_returns": f,
+                "mean": float(np.mean(f)) if f else None,
                 "std": float(np.std(f, ddof=1)) if len(f) > 1 else None,
-                "solved": None if None in verdicts else sum(verdicts), "runs": len(rs),
+                "solved": None if None in verdicts else sum(verdicts),
+                "runs": len(rs),
                 "training_time_s": float(np.mean([r["training_time_s"] for r in rs])),
-                "curves": [r["curve"] for r in rs]}
+                "curves": [r["curve"] for r in rs],
+            }
         results[task] = {
-            "optimal_return": optimal, "seeds": seeds, "overrides": list(overrides), "configs": configs_out,
-            "tests": [welch(label, finals[a], finals[b]) for label, a, b in COMPARISONS
-                      if finals.get(a) and finals.get(b)],
+            "optimal_return": optimal,
+            "seeds": seeds,
+            "overrides": list(overrides),
+            "configs": configs_out,
+            "tests": [
+                welch(label, finals[a], finals[b]) for label, a, b in COMPARISONS if finals.get(a) and finals.get(b)
+            ],
         }
     return results
 
 
 def markdown(report: dict[str, Any]) -> str:
     meta = report["meta"]
-    lines = [f"# omni-sfp quality: {report['seeds']} seeds per configuration, {meta['date']}", "",
-             f"- machine: {meta['cpu']}, device {meta['device']}; versions: torch {meta['torch']}, skrl {meta['skrl']}"
-             f", rl_games {meta.get('rl_games')}",
-             f"- command: `{meta['command']}`", ""]
+    lines = [
+        f"# omni-sfp quality: {report['seeds']} seeds per configuration, {meta['date']}",
+        "",
+        f"- machine: {meta['cpu']}, device {meta['device']}; versions: torch {meta['torch']}, skrl {meta['skrl']}"
+        f", rl_games {meta.get('rl_games')}",
+        f"- command: `{meta['command']}`",
+        "",
+    ]
     for task, result in report["tasks"].items():
         optimal = result["optimal_return"]
-        criterion = (f"cost within {LQR_SOLVED_RATIO}x of the optimum" if optimal is not None and optimal < 0
-                     else f"return >= {CARTPOLE_SOLVED:g}" if task == "Cartpole" else "no criterion")
-        lines += [f"## {task}" + (f" (optimal return {optimal:.2f})" if optimal is not None else ""), "",
-                  f"Solved: {criterion}. Final return: deterministic, one episode per env after training.", "",
-                  "| configuration | final return mean | std | min | solved | training time (s) |",
-                  "|---|---|---|---|---|---|"]
+        criterion = (
+            f"cost within {LQR_SOLVED_RATIO}x of the optimum"
+            if optimal is not None and optimal < 0
+            else f"return >= {CARTPOLE_SOLVED:g}"
+            if task == "Cartpole"
+            else "no criterion"
+        )
+        lines += [
+            f"## {task}" + (f" (optimal return {optimal:.2f})" if optimal is not None else ""),
+            "",
+            f"Solved: {criterion}. Final return: deterministic, one episode per env after training.",
+            "",
+            "| configuration | final return mean | std | min | solved | training time (s) |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, c in result["configs"].items():
             f = c["final_returns"]
             mean = "" if c["mean"] is None else f"{c['mean']:.2f}"

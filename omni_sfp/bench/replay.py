@@ -71,8 +71,15 @@ def record(task: str, *, steps: int, num_envs: int, device: str | torch.device, 
         terminated.append(term.bool().view(-1, 1))
         truncated.append(trunc.bool().view(-1, 1))
     env.close()
-    return Recording(task, torch.stack(observations).float(), torch.stack(rewards), torch.stack(terminated),
-                     torch.stack(truncated), space.low.copy(), space.high.copy())
+    return Recording(
+        task,
+        torch.stack(observations).float(),
+        torch.stack(rewards),
+        torch.stack(terminated),
+        torch.stack(truncated),
+        space.low.copy(),
+        space.high.copy(),
+    )
 
 
 class ReplayTask:
@@ -111,8 +118,9 @@ class ReplayTask:
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         expected = (self.num_envs, *self.action_space.shape)
         if tuple(actions.shape) != expected or actions.device != self.device:
-            raise ValueError(f"actions must have shape {expected} on {self.device}, got {tuple(actions.shape)} "
-                             f"on {actions.device}")
+            raise ValueError(
+                f"actions must have shape {expected} on {self.device}, got {tuple(actions.shape)} on {actions.device}"
+            )
         rec, env = self.recording, self._env_index
         position = (self.phase + self._t) % rec.steps
         following = (position + 1) % rec.steps

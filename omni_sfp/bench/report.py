@@ -30,21 +30,29 @@ def summarize(rows: list[Row], runs: dict[str, list[dict[str, Any]]], work: Work
     entries = []
     for row in rows:
         seconds = [run["seconds"] for run in runs[row.id]]
-        entries.append({
-            "id": row.id, "label": row.label, "framework": row.framework, "precision": row.precision,
-            "single_forward_pass": row.single_forward_pass, "time_limit_bootstrap": row.time_limit_bootstrap,
-            "effective_precision": runs[row.id][0]["precision"],
-            "runs_s": seconds,
-            "run_s": spread(seconds),
-            "update_s": spread([s / work.updates for s in seconds]),
-            "info": [run["info"] for run in runs[row.id]],
-        })
+        entries.append(
+            {
+                "id": row.id,
+                "label": row.label,
+                "framework": row.framework,
+                "precision": row.precision,
+                "single_forward_pass": row.single_forward_pass,
+                "time_limit_bootstrap": row.time_limit_bootstrap,
+                "effective_precision": runs[row.id][0]["precision"],
+                "runs_s": seconds,
+                "run_s": spread(seconds),
+                "update_s": spread([s / work.updates for s in seconds]),
+                "info": [run["info"] for run in runs[row.id]],
+            }
+        )
         if all("rollout_seconds" in run for run in runs[row.id]):  # rows that step the env
             steps = work.num_envs * work.horizon
-            entries[-1]["rollout_sps"] = spread([steps * len(run["rollout_seconds"]) / sum(run["rollout_seconds"])
-                                                 for run in runs[row.id]])
-            entries[-1]["learning_s"] = spread([sum(run["learning_seconds"]) / len(run["learning_seconds"])
-                                                for run in runs[row.id]])
+            entries[-1]["rollout_sps"] = spread(
+                [steps * len(run["rollout_seconds"]) / sum(run["rollout_seconds"]) for run in runs[row.id]]
+            )
+            entries[-1]["learning_s"] = spread(
+                [sum(run["learning_seconds"]) / len(run["learning_seconds"]) for run in runs[row.id]]
+            )
         if all("first_update_s" in run for run in runs[row.id]):
             entries[-1]["first_update_s"] = spread([run["first_update_s"] for run in runs[row.id]])
         flops = runs[row.id][0].get("flops_per_update")
@@ -69,24 +77,42 @@ def targets(entries: list[dict[str, Any]], work: Work) -> list[dict[str, Any]]:
     the small network on Cartpole), a ratio of rollout rates."""
     median = {e["id"]: e["run_s"]["median"] for e in entries}
     fp32_limit = 0.80 if tuple(work.units) == FP32_TARGET_SMALL_NETWORK else 0.95
-    wanted = [("omni-sfp vs rl_games, mixed precision (issue 14)", "omni-sfp-mixed", "rlgames-mixed", "<=", 0.36),
-              ("omni-sfp vs rl_games, fp32 (issue 7)", "omni-sfp-fp32", "rlgames-fp32", "<=", fp32_limit)]
+    wanted = [
+        ("omni-sfp vs rl_games, mixed precision (issue 14)", "omni-sfp-mixed", "rlgames-mixed", "<=", 0.36),
+        ("omni-sfp vs rl_games, fp32 (issue 7)", "omni-sfp-fp32", "rlgames-fp32", "<=", fp32_limit),
+    ]
     for p in ("fp32", "mixed"):
-        wanted += [(f"omni-sfp vs skrl built-in SFP, {p} (issue 7)", f"omni-sfp-{p}", f"skrl-sfp-{p}", "<=", 1.00),
-                   (f"omni-sfp vs skrl built-in SFP, {p}, bootstrap on (issue 7)", f"omni-sfp-{p}-tlb",
-                    f"skrl-sfp-{p}-tlb", "<=", 0.92)]
+        wanted += [
+            (f"omni-sfp vs skrl built-in SFP, {p} (issue 7)", f"omni-sfp-{p}", f"skrl-sfp-{p}", "<=", 1.00),
+            (
+                f"omni-sfp vs skrl built-in SFP, {p}, bootstrap on (issue 7)",
+                f"omni-sfp-{p}-tlb",
+                f"skrl-sfp-{p}-tlb",
+                "<=",
+                0.92,
+            ),
+        ]
     for p, limit in (("fp32", 1.92), ("mixed", 1.80)):
-        wanted.append((f"SFP speedup over double pass, {p} (issue 14)", f"omni-double-{p}", f"omni-sfp-{p}", ">=",
-                       limit))
+        wanted.append(
+            (f"SFP speedup over double pass, {p} (issue 14)", f"omni-double-{p}", f"omni-sfp-{p}", ">=", limit)
+        )
     for p, limit in (("fp32", 1.02), ("mixed", 1.03)):
         wanted.append((f"omni-sfp vs compute floor, {p} (issue 14)", f"omni-sfp-{p}", f"floor-{p}", "<=", limit))
-    found = [_target(name, f"{numerator} / {denominator}", ratio(median.get(numerator), median.get(denominator)), op,
-                     limit) for name, numerator, denominator, op, limit in wanted]
+    found = [
+        _target(name, f"{numerator} / {denominator}", ratio(median.get(numerator), median.get(denominator)), op, limit)
+        for name, numerator, denominator, op, limit in wanted
+    ]
     sps = {e["id"]: e["rollout_sps"]["median"] for e in entries if "rollout_sps" in e}
     if work.task == "Cartpole":
-        found.append(_target("rollout SPS, omni-sfp vs rl_games, fp32 (issue 14)",
-                             "rollout SPS omni-sfp-fp32 / rlgames-fp32",
-                             ratio(sps.get("omni-sfp-fp32"), sps.get("rlgames-fp32")), ">=", 1.20))
+        found.append(
+            _target(
+                "rollout SPS, omni-sfp vs rl_games, fp32 (issue 14)",
+                "rollout SPS omni-sfp-fp32 / rlgames-fp32",
+                ratio(sps.get("omni-sfp-fp32"), sps.get("rlgames-fp32")),
+                ">=",
+                1.20,
+            )
+        )
     return [target for target in found if target is not None]
 
 
@@ -102,9 +128,15 @@ def compile_payback(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         compile_s = entry["first_update_s"]["median"] - eager["first_update_s"]["median"]
         saved_s = eager["update_s"]["median"] - entry["update_s"]["median"]
-        found.append({"row": entry["id"], "compile_s": compile_s, "saved_per_update_s": saved_s,
-                      "saving": saved_s / eager["update_s"]["median"],
-                      "payback_updates": compile_s / saved_s if saved_s > 0 else None})
+        found.append(
+            {
+                "row": entry["id"],
+                "compile_s": compile_s,
+                "saved_per_update_s": saved_s,
+                "saving": saved_s / eager["update_s"]["median"],
+                "payback_updates": compile_s / saved_s if saved_s > 0 else None,
+            }
+        )
     return found
 
 
@@ -169,22 +201,36 @@ def markdown(report: dict[str, Any]) -> str:
             f"{upd['median']:.3f} [{upd['min']:.3f}-{upd['max']:.3f}] | {sps} | {learning} | "
             f"{_x(e['vs_rlgames_mixed'], 'rlgames-mixed', e['id'])} | "
             f"{_x(e['vs_rlgames_fp32'], 'rlgames-fp32', e['id'])} | "
-            f"{vs_floor} | {tflops} | {of_ceiling} | {speedup} | {_notes(e)} |")
+            f"{vs_floor} | {tflops} | {of_ceiling} | {speedup} | {_notes(e)} |"
+        )
     if report["targets"]:
-        lines += ["", "Targets (ratios of medians; set for the big network on the cpu preset, the rollout SPS one for "
-                  "the cartpole preset):", "",
-                  "| target | ratio | measured | target | met |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Targets (ratios of medians; set for the big network on the cpu preset, the rollout SPS one for "
+            "the cartpole preset):",
+            "",
+            "| target | ratio | measured | target | met |",
+            "|---|---|---|---|---|",
+        ]
         for t in report["targets"]:
-            lines.append(f"| {t['name']} | {t['ratio']} | {t['value']:.3f}x | {t['target']} | "
-                         f"{'yes' if t['met'] else 'no'} |")
+            lines.append(
+                f"| {t['name']} | {t['ratio']} | {t['value']:.3f}x | {t['target']} | {'yes' if t['met'] else 'no'} |"
+            )
     payback = compile_payback(report["rows"])
     if payback:
-        lines += ["", "torch.compile of the trunk against the same row eager (medians):", "",
-                  "| row | compile cost | saved per update | pays back after |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "torch.compile of the trunk against the same row eager (medians):",
+            "",
+            "| row | compile cost | saved per update | pays back after |",
+            "|---|---|---|---|",
+        ]
         for p in payback:
             after = "never" if p["payback_updates"] is None else f"{p['payback_updates']:.0f} updates"
-            lines.append(f"| {p['row']} | {p['compile_s']:.1f} s | {p['saved_per_update_s']:.3f} s "
-                         f"({100 * p['saving']:.1f}%) | {after} |")
+            lines.append(
+                f"| {p['row']} | {p['compile_s']:.1f} s | {p['saved_per_update_s']:.3f} s "
+                f"({100 * p['saving']:.1f}%) | {after} |"
+            )
     frameworks = {e["framework"] for e in report["rows"]}
     lines += ["", "Work that cannot be aligned:", ""]
     for framework, items in UNALIGNED.items():
@@ -203,8 +249,13 @@ def save(report: dict[str, Any], stem: Path) -> list[Path]:
     return paths
 
 
-COLORS = {"rlgames": "tab:blue", "omni": "tab:green", "skrl": "tab:orange", "floor": "tab:gray",
-          "ceiling": "tab:purple"}
+COLORS = {
+    "rlgames": "tab:blue",
+    "omni": "tab:green",
+    "skrl": "tab:orange",
+    "floor": "tab:gray",
+    "ceiling": "tab:purple",
+}
 
 
 def chart(report: dict[str, Any], path: Path) -> None:
@@ -217,8 +268,10 @@ def chart(report: dict[str, Any], path: Path) -> None:
     rows = report["rows"]
     fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.6))
     medians = [e["update_s"]["median"] for e in rows]
-    errors = [[m - e["update_s"]["min"] for m, e in zip(medians, rows)],
-              [e["update_s"]["max"] - m for m, e in zip(medians, rows)]]
+    errors = [
+        [m - e["update_s"]["min"] for m, e in zip(medians, rows)],
+        [e["update_s"]["max"] - m for m, e in zip(medians, rows)],
+    ]
     positions = range(len(rows))
     bars = ax.barh(positions, medians, xerr=errors, color=[COLORS[e["framework"]] for e in rows], capsize=3)
     for bar, e in zip(bars, rows):
@@ -226,14 +279,22 @@ def chart(report: dict[str, Any], path: Path) -> None:
             bar.set_hatch("//")
     for e in rows:
         if e["framework"] == "floor":
-            ax.axvline(e["update_s"]["median"], color="k", linestyle="--" if e["precision"] == "fp32" else ":",
-                       linewidth=0.8, label=f"compute floor, {e['precision']}")
+            ax.axvline(
+                e["update_s"]["median"],
+                color="k",
+                linestyle="--" if e["precision"] == "fp32" else ":",
+                linewidth=0.8,
+                label=f"compute floor, {e['precision']}",
+            )
     ax.set_yticks(list(positions), [e["label"] for e in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("seconds per PPO update (median of interleaved runs, min-max)")
     meta = report["meta"]
-    ax.set_title(f"{report['preset']} preset, network {list(report['work']['units'])}, {meta['cpu']}, "
-                 f"{meta['threads']} threads, {meta['date']}", fontsize=8)
+    ax.set_title(
+        f"{report['preset']} preset, network {list(report['work']['units'])}, {meta['cpu']}, "
+        f"{meta['threads']} threads, {meta['date']}",
+        fontsize=8,
+    )
     if any(e["framework"] == "floor" for e in rows):
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()

@@ -43,8 +43,12 @@ class SkrlToRLGames(IVecEnv):
         return 1
 
     def get_env_info(self) -> dict[str, Any]:
-        return {"observation_space": self.env.observation_space, "action_space": self.env.action_space, "agents": 1,
-                "value_size": 1}
+        return {
+            "observation_space": self.env.observation_space,
+            "action_space": self.env.action_space,
+            "agents": 1,
+            "value_size": 1,
+        }
 
 
 class UpdateObserver(AlgoObserver):
@@ -58,81 +62,123 @@ class UpdateObserver(AlgoObserver):
         self.on_update()
 
 
-def rlgames_config(work: Work, row: Row, *, device: str, seed: int, threads: int, train_dir: str, compile_model: bool,
-                   bounded_actions: bool) -> dict[str, Any]:
+def rlgames_config(
+    work: Work,
+    row: Row,
+    *,
+    device: str,
+    seed: int,
+    threads: int,
+    train_dir: str,
+    compile_model: bool,
+    bounded_actions: bool,
+) -> dict[str, Any]:
     """OmniIsaacGymEnvs' AntPPO.yaml with the benchmark's work: fixed learning rate, no checkpoint before the end
     (``save_best_after`` past the last epoch, ``save_frequency`` 0), ``max_epochs`` set and ``max_steps``
     unset (rl_games 1.6.5 mishandles it), checkpoints and summaries under ``train_dir``."""
-    return {"params": {
-        "seed": seed,
-        "torch_threads": threads,
-        "algo": {"name": "a2c_continuous"},
-        "model": {"name": "continuous_a2c_logstd"},
-        "network": {
-            "name": "actor_critic",
-            "separate": False,
-            "space": {"continuous": {"mu_activation": "None", "sigma_activation": "None",
-                                     "mu_init": {"name": "default"},
-                                     "sigma_init": {"name": "const_initializer", "val": 0}, "fixed_sigma": True}},
-            "mlp": {"units": list(work.units), "activation": work.activation, "d2rl": False,
-                    "initializer": {"name": "default"}, "regularizer": {"name": "None"}},
-        },
-        "config": {
-            "name": "bench",
-            "full_experiment_name": "bench",
-            "env_name": ENV_NAME,
-            "device": device,
-            "device_name": device,
-            "multi_gpu": False,
-            "ppo": True,
-            "mixed_precision": row.mixed_precision,
-            "normalize_input": True,
-            "normalize_value": True,
-            "value_bootstrap": True,
-            "num_actors": work.num_envs,
-            "reward_shaper": {"scale_value": work.rewards_scale},
-            "normalize_advantage": True,
-            "gamma": work.discount_factor,
-            "tau": work.gae_lambda,
-            "learning_rate": work.learning_rate,
-            "lr_schedule": None,  # the identity scheduler: a fixed learning rate
-            "schedule_type": "legacy",
-            "kl_threshold": 0.008,
-            "score_to_win": math.inf,
-            "max_epochs": work.total_updates,
-            "save_best_after": work.total_updates + 1,
-            "save_frequency": 0,
-            "grad_norm": work.grad_norm_clip,
-            "entropy_coef": 0.0,
-            "truncate_grads": True,
-            "e_clip": work.ratio_clip,
-            "clip_value": True,
-            "horizon_length": work.horizon,
-            "minibatch_size": work.minibatch_size,
-            "mini_epochs": work.epochs,
-            "critic_coef": 2,  # rl_games' loss takes 0.5 * critic_coef: the value loss weighs 1, as in the skrl rows
-            "seq_length": 4,
-            "bounds_loss_coef": 0.0,
-            "clip_actions": bounded_actions,  # rescaling to an unbounded space would give NaN
-            "train_dir": train_dir,
-            "torch_compile": compile_model,
-        },
-    }}
+    return {
+        "params": {
+            "seed": seed,
+            "torch_threads": threads,
+            "algo": {"name": "a2c_continuous"},
+            "model": {"name": "continuous_a2c_logstd"},
+            "network": {
+                "name": "actor_critic",
+                "separate": False,
+                "space": {
+                    "continuous": {
+                        "mu_activation": "None",
+                        "sigma_activation": "None",
+                        "mu_init": {"name": "default"},
+                        "sigma_init": {"name": "const_initializer", "val": 0},
+                        "fixed_sigma": True,
+                    }
+                },
+                "mlp": {
+                    "units": list(work.units),
+                    "activation": work.activation,
+                    "d2rl": False,
+                    "initializer": {"name": "default"},
+                    "regularizer": {"name": "None"},
+                },
+            },
+            "config": {
+                "name": "bench",
+                "full_experiment_name": "bench",
+                "env_name": ENV_NAME,
+                "device": device,
+                "device_name": device,
+                "multi_gpu": False,
+                "ppo": True,
+                "mixed_precision": row.mixed_precision,
+                "normalize_input": True,
+                "normalize_value": True,
+                "value_bootstrap": True,
+                "num_actors": work.num_envs,
+                "reward_shaper": {"scale_value": work.rewards_scale},
+                "normalize_advantage": True,
+                "gamma": work.discount_factor,
+                "tau": work.gae_lambda,
+                "learning_rate": work.learning_rate,
+                "lr_schedule": None,  # the identity scheduler: a fixed learning rate
+                "schedule_type": "legacy",
+                "kl_threshold": 0.008,
+                "score_to_win": math.inf,
+                "max_epochs": work.total_updates,
+                "save_best_after": work.total_updates + 1,
+                "save_frequency": 0,
+                "grad_norm": work.grad_norm_clip,
+                "entropy_coef": 0.0,
+                "truncate_grads": True,
+                "e_clip": work.ratio_clip,
+                "clip_value": True,
+                "horizon_length": work.horizon,
+                "minibatch_size": work.minibatch_size,
+                "mini_epochs": work.epochs,
+                "critic_coef": 2,  # rl_games' loss takes 0.5 * critic_coef: the value loss weighs 1, as in the skrl rows
+                "seq_length": 4,
+                "bounds_loss_coef": 0.0,
+                "clip_actions": bounded_actions,  # rescaling to an unbounded space would give NaN
+                "train_dir": train_dir,
+                "torch_compile": compile_model,
+            },
+        }
+    }
 
 
-def run_rlgames(env, work: Work, row: Row, *, seed: int, threads: int, train_dir: str, compile_model: bool,
-                on_update: Callable[[], None]) -> dict[str, Any]:
+def run_rlgames(
+    env,
+    work: Work,
+    row: Row,
+    *,
+    seed: int,
+    threads: int,
+    train_dir: str,
+    compile_model: bool,
+    on_update: Callable[[], None],
+) -> dict[str, Any]:
     """Train ``work.total_updates`` updates of rl_games on ``env`` (a skrl wrapper); ``on_update`` after each."""
     device = str(env.device)
     device = "cuda:0" if device == "cuda" else device
-    vecenv.register("OMNI_SFP_BENCH", lambda config_name, num_actors, **kwargs: SkrlToRLGames(config_name, num_actors,
-                                                                                             **kwargs))
+    vecenv.register(
+        "OMNI_SFP_BENCH", lambda config_name, num_actors, **kwargs: SkrlToRLGames(config_name, num_actors, **kwargs)
+    )
     env_configurations.register(ENV_NAME, {"vecenv_type": "OMNI_SFP_BENCH", "env_creator": lambda **kwargs: env})
     space = env.action_space
     bounded = bool((abs(space.low) < math.inf).all() and (abs(space.high) < math.inf).all())
     runner = Runner(UpdateObserver(on_update))
-    runner.load(rlgames_config(work, row, device=device, seed=seed, threads=threads, train_dir=train_dir,
-                               compile_model=compile_model, bounded_actions=bounded))
+    runner.load(
+        rlgames_config(
+            work,
+            row,
+            device=device,
+            seed=seed,
+            threads=threads,
+            train_dir=train_dir,
+            compile_model=compile_model,
+            bounded_actions=bounded,
+        )
+    )
     runner.reset()
     runner.run({"train": True, "play": False, "checkpoint": "", "sigma": None})
     return {"torch_compile": compile_model, "fused_adam": True}  # rl_games 1.6.5 always builds Adam(fused=True)

@@ -29,8 +29,14 @@ def builtin_shared_model(env, work: Work, device) -> Model:
         structure=["GaussianMixin", "DeterministicMixin"],
         roles=["policy", "value"],
         parameters=[
-            {"network": network, "output": "ACTIONS", "clip_log_std": True, "min_log_std": -20.0, "max_log_std": 2.0,
-             "initial_log_std": 0.0},
+            {
+                "network": network,
+                "output": "ACTIONS",
+                "clip_log_std": True,
+                "min_log_std": -20.0,
+                "max_log_std": 2.0,
+                "initial_log_std": 0.0,
+            },
             {"network": network, "output": "ONE"},
         ],
         single_forward_pass=True,
@@ -53,8 +59,9 @@ class TimedPPO(PPO):
             self.on_update()
 
 
-def run_skrl_builtin(env, work: Work, row: Row, *, device: str, seed: int,
-                     on_update: Callable[[], None]) -> dict[str, Any]:
+def run_skrl_builtin(
+    env, work: Work, row: Row, *, device: str, seed: int, on_update: Callable[[], None]
+) -> dict[str, Any]:
     """Train ``work.total_updates`` updates of plain skrl PPO with skrl's shared model on ``env``."""
     cfg = omni_config(work, row, device=device, seed=seed)
     torch_device = resolve_device(cfg.device)
@@ -62,11 +69,20 @@ def run_skrl_builtin(env, work: Work, row: Row, *, device: str, seed: int,
     models = {"policy": model, "value": model}
     # the product's own config -> PPO_CFG mapping, so this row's hyperparameters equal the omni-sfp rows'
     agent_cfg = ppo_cfg(cfg, env, torch_device, run_dir=None)
-    agent = TimedPPO(models=models, memory=RandomMemory(memory_size=work.horizon, num_envs=env.num_envs,
-                                                        device=torch_device),
-                     observation_space=env.observation_space, action_space=env.action_space, device=torch_device,
-                     cfg=agent_cfg, on_update=on_update)
-    trainer_cfg = SequentialTrainerCfg(timesteps=work.total_updates * work.horizon, headless=True,
-                                       disable_progressbar=True, close_environment_at_exit=False)
+    agent = TimedPPO(
+        models=models,
+        memory=RandomMemory(memory_size=work.horizon, num_envs=env.num_envs, device=torch_device),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device=torch_device,
+        cfg=agent_cfg,
+        on_update=on_update,
+    )
+    trainer_cfg = SequentialTrainerCfg(
+        timesteps=work.total_updates * work.horizon,
+        headless=True,
+        disable_progressbar=True,
+        close_environment_at_exit=False,
+    )
     SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
     return {"fused_adam": bool(agent.optimizer.defaults.get("fused"))}

@@ -98,10 +98,16 @@ def run(overrides: list[str], *, iterations: int, every: int, threads: int, warm
     caches = [cache for model in {id(m): m for m in models.values()}.values() for cache in sfp_modules(model)]
     samples: list[dict[str, Any]] = []
     start = time.perf_counter()
-    print(f"[soak] {cfg.task.name} | {env.num_envs} envs | units {list(cfg.train.models.units)} | {iterations} "
-          f"iterations | {threads} thread(s) | sampling every {every}", flush=True)
-    print(f"{'iteration':>9} {'rss MB':>8} {'tensors':>8} {'tensor MB':>9} {'with graph':>10} {'cache entry':>11} "
-          f"{'return':>8}", flush=True)
+    print(
+        f"[soak] {cfg.task.name} | {env.num_envs} envs | units {list(cfg.train.models.units)} | {iterations} "
+        f"iterations | {threads} thread(s) | sampling every {every}",
+        flush=True,
+    )
+    print(
+        f"{'iteration':>9} {'rss MB':>8} {'tensors':>8} {'tensor MB':>9} {'with graph':>10} {'cache entry':>11} "
+        f"{'return':>8}",
+        flush=True,
+    )
 
     def on_iteration(progress) -> None:
         if progress.iteration % every and progress.iteration != iterations:
@@ -109,15 +115,30 @@ def run(overrides: list[str], *, iterations: int, every: int, threads: int, warm
         gc.collect()
         count, megabytes, with_graph = live_tensors()
         entries = [cache._entry for cache in caches]
-        entry = ("graph" if any(e is not None and e.carries_graph for e in entries)
-                 else "no graph" if any(e is not None for e in entries) else "empty")
-        sample = {"iteration": progress.iteration, "elapsed_s": time.perf_counter() - start, "rss_mb": resident_mb(),
-                  "tensors": count, "tensor_mb": megabytes, "tensors_with_graph": with_graph, "cache_entry": entry,
-                  "mean_return": progress.mean_return}
+        entry = (
+            "graph"
+            if any(e is not None and e.carries_graph for e in entries)
+            else "no graph"
+            if any(e is not None for e in entries)
+            else "empty"
+        )
+        sample = {
+            "iteration": progress.iteration,
+            "elapsed_s": time.perf_counter() - start,
+            "rss_mb": resident_mb(),
+            "tensors": count,
+            "tensor_mb": megabytes,
+            "tensors_with_graph": with_graph,
+            "cache_entry": entry,
+            "mean_return": progress.mean_return,
+        }
         samples.append(sample)
         shown = "-" if progress.mean_return is None else f"{progress.mean_return:.1f}"
-        print(f"{progress.iteration:>9} {sample['rss_mb']:>8.1f} {count:>8} {megabytes:>9.2f} {with_graph:>10} "
-              f"{entry:>11} {shown:>8}", flush=True)
+        print(
+            f"{progress.iteration:>9} {sample['rss_mb']:>8.1f} {count:>8} {megabytes:>9.2f} {with_graph:>10} "
+            f"{entry:>11} {shown:>8}",
+            flush=True,
+        )
 
     Learner(env, agent, iterations=iterations, log=lambda progress, losses: on_iteration(progress)).learn()
 
@@ -161,19 +182,23 @@ def main(argv: list[str] | None = None) -> int:
     from omni_sfp.config import ConfigError
 
     try:
-        result = run(args.overrides, iterations=args.iterations, every=args.every, threads=args.threads,
-                     warmup=args.warmup)
+        result = run(
+            args.overrides, iterations=args.iterations, every=args.every, threads=args.threads, warmup=args.warmup
+        )
     except ConfigError as error:
         print(f"omni_sfp.bench.soak: error: {error}", file=sys.stderr)
         return 2
     s = result["summary"]
-    print(f"[soak] RSS {s['rss_mb_first']:.1f} MB at iteration {result['samples'][0]['iteration']}, "
-          f"{s['rss_mb_after_warmup']:.1f} MB after the {s['warmup_iterations']}-iteration warm-up, "
-          f"{s['rss_mb_last']:.1f} MB at the end (max {s['rss_mb_max']:.1f}); slope after warm-up "
-          f"{s['rss_slope_mb_per_100_iterations']:+.3f} MB per 100 iterations | live tensors "
-          f"{s['tensors_min_max_after_warmup'][0]}-{s['tensors_min_max_after_warmup'][1]}, with a graph at most "
-          f"{s['tensors_with_graph_max']} | cache entries holding a graph at an iteration end: "
-          f"{s['cache_entries_with_graph']} | {s['wall_s']:.0f} s", flush=True)
+    print(
+        f"[soak] RSS {s['rss_mb_first']:.1f} MB at iteration {result['samples'][0]['iteration']}, "
+        f"{s['rss_mb_after_warmup']:.1f} MB after the {s['warmup_iterations']}-iteration warm-up, "
+        f"{s['rss_mb_last']:.1f} MB at the end (max {s['rss_mb_max']:.1f}); slope after warm-up "
+        f"{s['rss_slope_mb_per_100_iterations']:+.3f} MB per 100 iterations | live tensors "
+        f"{s['tensors_min_max_after_warmup'][0]}-{s['tensors_min_max_after_warmup'][1]}, with a graph at most "
+        f"{s['tensors_with_graph_max']} | cache entries holding a graph at an iteration end: "
+        f"{s['cache_entries_with_graph']} | {s['wall_s']:.0f} s",
+        flush=True,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"[soak] wrote {args.out}")

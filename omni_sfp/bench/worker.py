@@ -55,13 +55,22 @@ class RolloutClock:
 def split(update_ends: list[float], rollout_ends: list[float], warmup: int) -> tuple[list[float], list[float]]:
     """Rollout and learning seconds of each timed update: ``update_ends`` and ``rollout_ends`` hold one time per
     update, the first ``warmup`` untimed."""
-    rollouts = [end - start for start, end in zip(update_ends[warmup - 1:-1], rollout_ends[warmup:])]
+    rollouts = [end - start for start, end in zip(update_ends[warmup - 1 : -1], rollout_ends[warmup:])]
     learning = [end - start for start, end in zip(rollout_ends[warmup:], update_ends[warmup:])]
     return rollouts, learning
 
 
-def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scratch: str | Path,
-            replay: str | Path | None = None, rlgames_compile: bool = False) -> dict[str, Any]:
+def measure(
+    row: Row,
+    work: Work,
+    *,
+    device: str,
+    seed: int,
+    threads: int,
+    scratch: str | Path,
+    replay: str | Path | None = None,
+    rlgames_compile: bool = False,
+) -> dict[str, Any]:
     """Run ``row`` once on the benchmark env and return its timings and notes."""
     from skrl.utils import set_seed
 
@@ -86,18 +95,26 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
     elif row.framework == "rlgames":
         from omni_sfp.bench.rlgames import run_rlgames
 
-        info = run_rlgames(env, work, row, seed=seed, threads=threads, train_dir=str(scratch),
-                           compile_model=rlgames_compile, on_update=clock.tick)
+        info = run_rlgames(
+            env,
+            work,
+            row,
+            seed=seed,
+            threads=threads,
+            train_dir=str(scratch),
+            compile_model=rlgames_compile,
+            on_update=clock.tick,
+        )
     else:
         from omni_sfp.bench.floor import run_floor
 
         info = run_floor(env, work, row, on_update=clock.tick)
     if len(clock.times) != work.total_updates:
         raise RuntimeError(f"row {row.id}: {len(clock.times)} updates timed, expected {work.total_updates}")
-    ends = clock.times[work.warmup_updates - 1:]
+    ends = clock.times[work.warmup_updates - 1 :]
     timing = {}
     if len(rollout_clock.times) >= work.total_updates:  # the floor steps no env
-        rollouts, learning = split(clock.times, rollout_clock.times[:work.total_updates], work.warmup_updates)
+        rollouts, learning = split(clock.times, rollout_clock.times[: work.total_updates], work.warmup_updates)
         timing = {"rollout_seconds": rollouts, "learning_seconds": learning}
     return {
         **timing,
@@ -114,19 +131,38 @@ def measure(row: Row, work: Work, *, device: str, seed: int, threads: int, scrat
 
 def _ceiling(row: Row, work: Work, env) -> dict[str, Any]:
     """The GEMM ceiling in the shape of a timed run: ``updates`` updates at the ceiling's time each."""
-    info = measure_ceiling(work, env.observation_space.shape[0], env.action_space.shape[0],
-                           mixed_precision=row.mixed_precision, device=env.device)
-    return {"row": row.id, "flops_per_update": info["flops_per_update"], "seconds": info["update_s"] * work.updates,
-            "update_seconds": [info["update_s"]] * work.updates, "threads": torch.get_num_threads(),
-            "precision": precision_effect(row, env.device.type), "info": info}
+    info = measure_ceiling(
+        work,
+        env.observation_space.shape[0],
+        env.action_space.shape[0],
+        mixed_precision=row.mixed_precision,
+        device=env.device,
+    )
+    return {
+        "row": row.id,
+        "flops_per_update": info["flops_per_update"],
+        "seconds": info["update_s"] * work.updates,
+        "update_seconds": [info["update_s"]] * work.updates,
+        "threads": torch.get_num_threads(),
+        "precision": precision_effect(row, env.device.type),
+        "info": info,
+    }
 
 
 def main(argv: list[str]) -> int:
     spec_path, result_path = argv
     spec = json.loads(Path(spec_path).read_text())
     work = Work(**{**spec["work"], "units": tuple(spec["work"]["units"])})
-    result = measure(ROWS[spec["row"]], work, device=spec["device"], seed=spec["seed"], threads=spec["threads"],
-                     scratch=spec["scratch"], replay=spec["replay"], rlgames_compile=spec["rlgames_compile"])
+    result = measure(
+        ROWS[spec["row"]],
+        work,
+        device=spec["device"],
+        seed=spec["seed"],
+        threads=spec["threads"],
+        scratch=spec["scratch"],
+        replay=spec["replay"],
+        rlgames_compile=spec["rlgames_compile"],
+    )
     Path(result_path).write_text(json.dumps(result))
     return 0
 

@@ -96,12 +96,16 @@ def check_id(name: str) -> None:
         close = difflib.get_close_matches(name, ids, n=3, cutoff=0.75)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
         note = " (Isaac Lab 3 ids have no -v0 suffix)" if name.endswith("-v0") else ""
-        raise UnknownTaskError(f"Isaac Lab {version_text()} has no task {name!r}{hint}{note}; {len(ids)} ids are "
-                               "registered (python -c \"import isaaclab_tasks, gymnasium; print([i for i in "
-                               "gymnasium.registry if i.startswith('Isaac')])\")")
+        raise UnknownTaskError(
+            f"Isaac Lab {version_text()} has no task {name!r}{hint}{note}; {len(ids)} ids are "
+            'registered (python -c "import isaaclab_tasks, gymnasium; print([i for i in '
+            "gymnasium.registry if i.startswith('Isaac')])\")"
+        )
     if is_multi_agent(name):
-        raise IsaacLabError(f"task {name!r} is multi-agent (DirectMARLEnvCfg) and omni_sfp trains one agent; train "
-                            "it with Isaac Lab's own skrl entry point (IPPO / MAPPO)")
+        raise IsaacLabError(
+            f"task {name!r} is multi-agent (DirectMARLEnvCfg) and omni_sfp trains one agent; train "
+            "it with Isaac Lab's own skrl entry point (IPPO / MAPPO)"
+        )
 
 
 def is_multi_agent(name: str) -> bool:
@@ -253,14 +257,18 @@ def _enter(start: Any) -> Any:
     try:
         return start()
     except SystemExit as error:  # AppLauncher / Kit's launcher log the reason, then sys.exit(1)
-        raise IsaacLabError(f"Isaac Lab could not start Isaac Sim (it exited with {error.code}); this env config "
-                            "needs Kit (a Kit physics backend, renderer or camera): install Isaac Sim 5+ "
-                            "(pip install isaaclab[isaacsim]), or use a kit-less backend "
-                            "(physics=newton_mjwarp, the default)") from None
+        raise IsaacLabError(
+            f"Isaac Lab could not start Isaac Sim (it exited with {error.code}); this env config "
+            "needs Kit (a Kit physics backend, renderer or camera): install Isaac Sim 5+ "
+            "(pip install isaaclab[isaacsim]), or use a kit-less backend "
+            "(physics=newton_mjwarp, the default)"
+        ) from None
     except (ImportError, ModuleNotFoundError) as error:
-        raise IsaacLabError(f"Isaac Lab could not start Isaac Sim: {error}; install Isaac Sim (pip install "
-                            "isaaclab[isaacsim]) or use a kit-less backend (physics=newton_mjwarp, the "
-                            "default)") from None
+        raise IsaacLabError(
+            f"Isaac Lab could not start Isaac Sim: {error}; install Isaac Sim (pip install "
+            "isaaclab[isaacsim]) or use a kit-less backend (physics=newton_mjwarp, the "
+            "default)"
+        ) from None
 
 
 def make_isaaclab_env(

@@ -176,8 +176,14 @@ def oige_config(
     """The resolved config dict OmniIsaacGymEnvs' ``initialize_task`` takes: ``rlgames_train.py task=<task>
     num_envs=<n> seed=<s> headless=<h> torch_deterministic=<d>`` plus the devices, with ``task_cfg`` (omni_sfp's
     ``task.env``) under ``task.env``."""
-    values = {"num_envs": num_envs, "seed": seed, "headless": headless, "test": False,
-              "torch_deterministic": torch_deterministic, **device_keys}
+    values = {
+        "num_envs": num_envs,
+        "seed": seed,
+        "headless": headless,
+        "test": False,
+        "torch_deterministic": torch_deterministic,
+        **device_keys,
+    }
     return compose(task, values=values, task_env=task_cfg, package=package)
 
 
@@ -242,8 +248,14 @@ def make_oige_env(
     package = package_dir()
     keys = devices(str(device), torch.cuda.is_available())
     cfg = oige_config(
-        task, num_envs=num_envs, seed=seed, headless=headless, device_keys=keys, task_cfg=task_cfg,
-        torch_deterministic=torch.are_deterministic_algorithms_enabled(), package=package,
+        task,
+        num_envs=num_envs,
+        seed=seed,
+        headless=headless,
+        device_keys=keys,
+        task_cfg=task_cfg,
+        torch_deterministic=torch.are_deterministic_algorithms_enabled(),
+        package=package,
     )
     assert package is not None  # oige_config raised otherwise
     default_app, enable_viewport = experience_for(cfg, headless, package)

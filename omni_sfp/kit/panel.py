@@ -79,7 +79,9 @@ class TrainingPanel:
                 self._fields["mixed_precision"] = self._check_box("mixed_precision", values["mixed_precision"])
             with self._row("Compile trunk"):
                 combo = ui.ComboBox(COMPILE_CHOICES.index(values["compile"]), *COMPILE_LABELS)
-                combo.model.add_item_changed_fn(lambda m, _item: self._apply("compile", COMPILE_CHOICES[self._index(m)]))
+                combo.model.add_item_changed_fn(
+                    lambda m, _item: self._apply("compile", COMPILE_CHOICES[self._index(m)])
+                )
                 self._fields["compile"] = combo.model
             with self._row("Max iterations"):
                 self._fields["max_iterations"] = self._int_field("max_iterations", values["max_iterations"])

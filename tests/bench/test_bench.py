@@ -40,8 +40,17 @@ def quick_runs(tmp_path_factory):
                 continue  # compiling costs tens of seconds; tests/bench/test_issue14.py covers the report's side
             if row.framework == "rlgames":
                 if HAS_RLGAMES:
-                    runs[row.id] = run_worker(row, QUICK, device="cpu", seed=0, threads=1, replay=None,
-                                              rlgames_compile=False, scratch=scratch, tag=row.id)
+                    runs[row.id] = run_worker(
+                        row,
+                        QUICK,
+                        device="cpu",
+                        seed=0,
+                        threads=1,
+                        replay=None,
+                        rlgames_compile=False,
+                        scratch=scratch,
+                        tag=row.id,
+                    )
             else:
                 runs[row.id] = measure(row, QUICK, device="cpu", seed=0, threads=1, scratch=scratch)
     finally:
@@ -62,11 +71,28 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
 
     rows = [ROWS[r] for r in expected]
     entries = report.summarize(rows, {r: [run] for r, run in quick_runs.items()}, QUICK)
-    document = {"preset": "quick", "repetitions": 1, "work": dataclasses.asdict(QUICK), "rows": entries,
-                "targets": report.targets(entries, QUICK),
-                "meta": {"date": "today", "cpu": "cpu", "cores": 2, "device": "cpu", "threads": 1, "load_before": 0.0,
-                         "load_after": 0.0, "python": "3", "torch": "t", "skrl": "s", "rl_games": "r",
-                         "command": "python -m omni_sfp.bench --quick", "env": "ConstantCost"}}
+    document = {
+        "preset": "quick",
+        "repetitions": 1,
+        "work": dataclasses.asdict(QUICK),
+        "rows": entries,
+        "targets": report.targets(entries, QUICK),
+        "meta": {
+            "date": "today",
+            "cpu": "cpu",
+            "cores": 2,
+            "device": "cpu",
+            "threads": 1,
+            "load_before": 0.0,
+            "load_after": 0.0,
+            "python": "3",
+            "torch": "t",
+            "skrl": "s",
+            "rl_games": "r",
+            "command": "python -m omni_sfp.bench --quick",
+            "env": "ConstantCost",
+        },
+    }
     paths = report.save(document, tmp_path / "bench")
     assert all(p.is_file() for p in paths)
     table = paths[1].read_text()
@@ -83,8 +109,16 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
 def test_rlgames_is_driven_the_oige_way_with_compile_off_and_max_steps_unset(quick_runs, tmp_path):
     from omni_sfp.bench.rlgames import rlgames_config
 
-    config = rlgames_config(QUICK, ROWS["rlgames-mixed"], device="cpu", seed=0, threads=1, train_dir=str(tmp_path),
-                            compile_model=False, bounded_actions=True)["params"]["config"]
+    config = rlgames_config(
+        QUICK,
+        ROWS["rlgames-mixed"],
+        device="cpu",
+        seed=0,
+        threads=1,
+        train_dir=str(tmp_path),
+        compile_model=False,
+        bounded_actions=True,
+    )["params"]["config"]
     assert config["torch_compile"] is False and "max_steps" not in config
     assert config["max_epochs"] == QUICK.total_updates and config["lr_schedule"] is None
     assert config["minibatch_size"] == QUICK.minibatch_size and config["mini_epochs"] == QUICK.epochs
@@ -98,9 +132,13 @@ def _fake(seconds, precision="fp32"):
 
 def test_medians_slowing_factors_speedup_and_targets_from_hand_made_numbers():
     work = dataclasses.replace(QUICK, updates=4)
-    runs = {"rlgames-fp32": _fake([12.0, 10.0, 14.0]), "rlgames-mixed": _fake([8.0, 9.0, 7.0]),
-            "omni-double-fp32": _fake([20.0, 21.0, 19.0]), "omni-sfp-fp32": _fake([10.0, 9.0, 11.0]),
-            "floor-fp32": _fake([8.0, 8.0, 8.0])}
+    runs = {
+        "rlgames-fp32": _fake([12.0, 10.0, 14.0]),
+        "rlgames-mixed": _fake([8.0, 9.0, 7.0]),
+        "omni-double-fp32": _fake([20.0, 21.0, 19.0]),
+        "omni-sfp-fp32": _fake([10.0, 9.0, 11.0]),
+        "floor-fp32": _fake([8.0, 8.0, 8.0]),
+    }
     entries = {e["id"]: e for e in report.summarize(select_rows(",".join(runs)), runs, work)}
     sfp = entries["omni-sfp-fp32"]
     assert sfp["run_s"] == {"median": 10.0, "min": 9.0, "max": 11.0}
@@ -118,7 +156,9 @@ def test_medians_slowing_factors_speedup_and_targets_from_hand_made_numbers():
     assert found["omni-sfp vs compute floor, fp32 (issue 14)"]["met"] is False  # 1.25 > 1.02
     assert "omni-sfp vs rl_games, mixed precision (issue 14)" not in found  # its row did not run
     small = dataclasses.replace(work, units=(256, 128, 64))
-    assert next(t for t in report.targets(list(entries.values()), small) if "rl_games, fp32" in t["name"])["met"] is False
+    assert (
+        next(t for t in report.targets(list(entries.values()), small) if "rl_games, fp32" in t["name"])["met"] is False
+    )
 
 
 def test_row_selection_and_the_precision_each_row_really_computes():
@@ -215,13 +255,19 @@ def test_bad_arguments_print_one_line_and_exit_2(args, expected, capsys):
 
 @pytest.mark.slow
 def test_the_command_itself_exits_2_on_a_bad_argument():
-    result = subprocess.run([sys.executable, "-m", "omni_sfp.bench", "--repetitions", "-1"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "omni_sfp.bench", "--repetitions", "-1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip() == "omni_sfp.bench: error: argument --repetitions: '-1' is not a positive integer"
 
 
 def test_work_rejects_a_rollout_that_does_not_split_into_minibatches():
     with pytest.raises(ValueError, match="does not divide"):
-        Work(units=(8,), num_envs=3, horizon=5, updates=1, warmup_updates=1, epochs=1, minibatch_size=4,
-             episode_length=5).check()
+        Work(
+            units=(8,), num_envs=3, horizon=5, updates=1, warmup_updates=1, epochs=1, minibatch_size=4, episode_length=5
+        ).check()

@@ -20,8 +20,9 @@ from omni_sfp.bench.gpu import main as gpu_main
 from omni_sfp.bench.worker import RolloutClock, split
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = Work(units=(4, 3), num_envs=5, horizon=2, updates=1, warmup_updates=1, epochs=3, minibatch_size=5,
-            episode_length=4)  # batch 10: 2 minibatches per epoch
+TINY = Work(
+    units=(4, 3), num_envs=5, horizon=2, updates=1, warmup_updates=1, epochs=3, minibatch_size=5, episode_length=4
+)  # batch 10: 2 minibatches per epoch
 
 
 def test_the_update_flops_are_the_floors_gemms_counted_by_hand():
@@ -62,10 +63,26 @@ def test_tflops_ceiling_fraction_rollout_sps_and_the_cartpole_target_from_hand_m
     work = dataclasses.replace(PRESETS["cartpole"][0], updates=2)
     flops = 6e12
     runs = {
-        "rlgames-fp32": [{"seconds": 4.0, "precision": "fp32", "info": {}, "flops_per_update": flops,
-                          "rollout_seconds": [1.0, 1.0], "learning_seconds": [1.0, 1.0]}],
-        "omni-sfp-fp32": [{"seconds": 3.0, "precision": "fp32", "info": {}, "flops_per_update": flops,
-                           "rollout_seconds": [0.5, 0.75], "learning_seconds": [1.0, 0.75]}],
+        "rlgames-fp32": [
+            {
+                "seconds": 4.0,
+                "precision": "fp32",
+                "info": {},
+                "flops_per_update": flops,
+                "rollout_seconds": [1.0, 1.0],
+                "learning_seconds": [1.0, 1.0],
+            }
+        ],
+        "omni-sfp-fp32": [
+            {
+                "seconds": 3.0,
+                "precision": "fp32",
+                "info": {},
+                "flops_per_update": flops,
+                "rollout_seconds": [0.5, 0.75],
+                "learning_seconds": [1.0, 0.75],
+            }
+        ],
         "ceiling-fp32": [{"seconds": 1.0, "precision": "fp32", "info": {}, "flops_per_update": flops}],
     }
     entries = {e["id"]: e for e in report.summarize(select_rows(",".join(runs)), runs, work)}
@@ -79,14 +96,16 @@ def test_tflops_ceiling_fraction_rollout_sps_and_the_cartpole_target_from_hand_m
     found = {t["name"]: t for t in report.targets(list(entries.values()), work)}
     target = found["rollout SPS, omni-sfp vs rl_games, fp32 (issue 14)"]
     assert target["value"] == pytest.approx(2.0 / 1.25) and target["met"] is True
-    assert select_rows("default", "cartpole") == [ROWS[r] for r in ("rlgames-fp32", "omni-sfp-fp32", "floor-fp32",
-                                                                     "ceiling-fp32")]
+    assert select_rows("default", "cartpole") == [
+        ROWS[r] for r in ("rlgames-fp32", "omni-sfp-fp32", "floor-fp32", "ceiling-fp32")
+    ]
 
 
 @pytest.mark.slow
 def test_cold_start_splits_the_wall_time_at_the_first_iteration():
-    result = time_to_first_iteration(["num_envs=8", "train.ppo.rollouts=4", "train.ppo.mini_batches=1",
-                                      "train.ppo.learning_epochs=1"], threads=1)
+    result = time_to_first_iteration(
+        ["num_envs=8", "train.ppo.rollouts=4", "train.ppo.mini_batches=1", "train.ppo.learning_epochs=1"], threads=1
+    )
     assert 0 < result["first_iteration_s"] < result["to_first_iteration_s"]
     assert result["startup_s"] == pytest.approx(result["to_first_iteration_s"] - result["first_iteration_s"])
     assert result["cpu_s"] > 0 or math.isnan(result["cpu_s"])
@@ -136,8 +155,19 @@ def test_an_eager_optimizer_never_imports_dynamo_and_steps_exactly_as_torchs_own
 def test_the_gpu_script_runs_on_cpu_and_rewrites_only_its_section(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# Benchmarks\n\nbefore\n\n{START}\nold table\n{END}\n\nafter\n")
-    args = ["--device", "cpu", "--quick", "--rows", "omni-sfp-fp32,ceiling-fp32", "--tests", "", "--doc", str(doc),
-            "--out", str(tmp_path / "out")]
+    args = [
+        "--device",
+        "cpu",
+        "--quick",
+        "--rows",
+        "omni-sfp-fp32,ceiling-fp32",
+        "--tests",
+        "",
+        "--doc",
+        str(doc),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert gpu_main(args) == 0
     text = doc.read_text()
     assert text.startswith("# Benchmarks\n\nbefore\n\n") and text.endswith("\n\nafter\n") and "old table" not in text
@@ -156,11 +186,14 @@ def test_the_gpu_script_refuses_cuda_without_a_gpu_in_one_line(capsys):
     assert err.startswith("omni_sfp.bench.gpu: error: --device cuda: CUDA is not available") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--train-args", "num_envs=8"], "--train-args applies only with --cold-start"),
-    (["--cold-start", "--quality"], "--cold-start and --quality are two modes"),
-    (["--cold-start", "--units", "8"], "--units does not apply with --cold-start"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--train-args", "num_envs=8"], "--train-args applies only with --cold-start"),
+        (["--cold-start", "--quality"], "--cold-start and --quality are two modes"),
+        (["--cold-start", "--units", "8"], "--units does not apply with --cold-start"),
+    ],
+)
 def test_cold_start_mode_errors_are_one_line(args, expected, capsys):
     from omni_sfp.bench.__main__ import main
 

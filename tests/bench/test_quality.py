@@ -21,8 +21,17 @@ from omni_sfp.config import load_config
 
 
 def test_rlgames_params_map_the_config_one_to_one():
-    cfg = load_config(["task=Cartpole", "train.ppo.mini_batches=2", "train.ppo.value_loss_scale=1.5",
-                       "train.models.units=[32,32]", "train.ppo.learning_rate=5e-4", "max_iterations=7"])
+    cfg = load_config(
+        [
+            "task=Cartpole",
+            "train.ppo.mini_batches=2",
+            "train.ppo.value_loss_scale=1.5",
+            "train.ppo.value_clip=0.2",  # Cartpole trains without one; the mapping of a clip is what is checked
+            "train.models.units=[32,32]",
+            "train.ppo.learning_rate=5e-4",
+            "max_iterations=7",
+        ]
+    )
     c = rlgames_params(cfg, device="cpu", train_dir="/tmp/x", threads=1)["params"]["config"]
     p = cfg.train.ppo
     assert c["minibatch_size"] == 512 * p.rollouts // 2 and c["horizon_length"] == p.rollouts
@@ -38,10 +47,13 @@ def test_rlgames_params_map_the_config_one_to_one():
     assert rlgames_params(fixed, device="cpu", train_dir="/tmp/x", threads=1)["params"]["config"]["lr_schedule"] is None
 
 
-@pytest.mark.parametrize("override, message", [
-    ("train.ppo.value_clip=0.5", "value_clip 0.5 must equal ratio_clip"),
-    ("train.ppo.kl_threshold=0.05", "no KL early stop"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.ppo.value_clip=0.5", "value_clip 0.5 must equal ratio_clip"),
+        ("train.ppo.kl_threshold=0.05", "no KL early stop"),
+    ],
+)
 def test_rlgames_params_refuse_what_rl_games_cannot_express(override, message):
     with pytest.raises(ValueError, match=message):
         rlgames_params(load_config(["task=Cartpole", override]), device="cpu", train_dir="/tmp/x", threads=1)
@@ -62,12 +74,15 @@ def test_select_configs():
         select_configs("sfp-fp32,nope")
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--quality", "--quality-configs", "nope"], "unknown quality configuration 'nope'"),
-    (["--quality-configs", "skrl"], "--quality-configs does not apply without --quality"),
-    (["--jobs", "2"], "--jobs does not apply without --quality"),
-    (["--quality", "--quality-set", "train.ppo.learning_rate=-1"], "learning_rate"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--quality", "--quality-configs", "nope"], "unknown quality configuration 'nope'"),
+        (["--quality-configs", "skrl"], "--quality-configs does not apply without --quality"),
+        (["--jobs", "2"], "--jobs does not apply without --quality"),
+        (["--quality", "--quality-set", "train.ppo.learning_rate=-1"], "learning_rate"),
+    ],
+)
 def test_bad_quality_arguments_print_one_line_and_exit_2(args, expected, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(args)
@@ -79,11 +94,24 @@ def test_bad_quality_arguments_print_one_line_and_exit_2(args, expected, capsys)
 def test_every_trainer_row_trains_and_is_evaluated(tmp_path):
     """One tiny run per trainer on the same task and config: each gives a deterministic final return and a
     learning curve with one point per update, measured by the same episode recorder."""
-    overrides = ["num_envs=8", "task.env.max_episode_length=20", "train.models.units=[16]",
-                 "train.ppo.mini_batches=2", "train.ppo.rollouts=8"]
+    overrides = [
+        "num_envs=8",
+        "task.env.max_episode_length=20",
+        "train.models.units=[16]",
+        "train.ppo.mini_batches=2",
+        "train.ppo.rollouts=8",
+    ]
     configs = select_configs("sfp-fp32,rl_games,skrl")
-    result = run_quality(tasks=["Cartpole"], seeds=[3], device="cpu", runs_dir=tmp_path, iterations=3,
-                         log=lambda line: None, configs=configs, overrides=overrides)["Cartpole"]
+    result = run_quality(
+        tasks=["Cartpole"],
+        seeds=[3],
+        device="cpu",
+        runs_dir=tmp_path,
+        iterations=3,
+        log=lambda line: None,
+        configs=configs,
+        overrides=overrides,
+    )["Cartpole"]
     assert list(result["configs"]) == [c.name for c in configs]
     for name, row in result["configs"].items():
         (final,) = row["final_returns"]
@@ -96,9 +124,18 @@ def test_every_trainer_row_trains_and_is_evaluated(tmp_path):
 
 def report_with(finals: dict[str, list[float]], optimal: float | None, task: str) -> dict:
     curves = [[(100, 1.0), (200, None), (300, 3.0)]]
-    configs = {name: {"final_returns": f, "mean": sum(f) / len(f), "std": 0.0, "runs": len(f),
-                      "solved": sum(bool(solved(x, optimal, task)) for x in f), "training_time_s": 1.0,
-                      "curves": curves * len(f)} for name, f in finals.items()}
+    configs = {
+        name: {
+            "final_returns": f,
+            "mean": sum(f) / len(f),
+            "std": 0.0,
+            "runs": len(f),
+            "solved": sum(bool(solved(x, optimal, task)) for x in f),
+            "training_time_s": 1.0,
+            "curves": curves * len(f),
+        }
+        for name, f in finals.items()
+    }
     meta = {"date": "d", "cpu": "c", "device": "cpu", "torch": "t", "skrl": "s", "rl_games": "r", "command": "x"}
     return {"meta": meta, "seeds": 3, "tasks": {task: {"optimal_return": optimal, "configs": configs, "tests": []}}}
 

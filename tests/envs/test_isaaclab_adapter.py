@@ -58,8 +58,13 @@ def test_other_names_are_not_the_resolvers():
 
 @pytest.mark.parametrize(
     "device, expected",
-    [(torch.device("cpu"), "cpu"), (torch.device("cuda", 1), "cuda:1"), ("cuda", "cuda:0"), ("cuda:2", "cuda:2"),
-     ("cpu", "cpu")],
+    [
+        (torch.device("cpu"), "cpu"),
+        (torch.device("cuda", 1), "cuda:1"),
+        ("cuda", "cuda:0"),
+        ("cuda:2", "cuda:2"),
+        ("cpu", "cpu"),
+    ],
 )
 def test_isaac_lab_gets_a_string_device(device, expected):
     # SimulationContext does `"cuda" in cfg.device`: a torch.device raised TypeError at gym.make

@@ -47,8 +47,10 @@ def test_the_registry_imports_no_adapter():
     import importlib.metadata
 
     sources = {e.name: e.value for e in importlib.metadata.entry_points(group=registry.SOURCES_GROUP)}
-    assert sources == {"oige": "omni_sfp.envs.oige:register_oige_tasks",
-                       "isaaclab": "omni_sfp.envs.isaaclab:register_source"}
+    assert sources == {
+        "oige": "omni_sfp.envs.oige:register_oige_tasks",
+        "isaaclab": "omni_sfp.envs.isaaclab:register_source",
+    }
 
 
 def test_compose_applies_hydra_defaults_inheritance(oige_double):
@@ -67,8 +69,15 @@ def test_compose_applies_hydra_defaults_inheritance(oige_double):
 
 def test_oige_config_resolves_like_rlgames_train(oige_double):
     keys = oige.devices("cuda:1", cuda_available=True)
-    cfg = oige.oige_config("Ant", num_envs=64, seed=7, headless=True, device_keys=keys,
-                           task_cfg={"envSpacing": 2.5}, torch_deterministic=True)
+    cfg = oige.oige_config(
+        "Ant",
+        num_envs=64,
+        seed=7,
+        headless=True,
+        device_keys=keys,
+        task_cfg={"envSpacing": 2.5},
+        torch_deterministic=True,
+    )
     assert cfg["task_name"] == "Ant" and cfg["seed"] == 7 and cfg["headless"] is True and cfg["test"] is False
     assert cfg["torch_deterministic"] is True
     # the old code merged task overrides at the root of the task config: task.envSpacing, not task.env.envSpacing
@@ -80,8 +89,14 @@ def test_oige_config_resolves_like_rlgames_train(oige_double):
 
 def test_task_overrides_must_name_an_existing_task_key(oige_double):
     with pytest.raises(oige.OIGEError, match=r"task.env.envSpcing: OmniIsaacGymEnvs' task/Ant.yaml has no env"):
-        oige.oige_config("Ant", num_envs=4, seed=0, headless=True, device_keys=oige.devices("cpu", False),
-                         task_cfg={"envSpcing": 2.5})
+        oige.oige_config(
+            "Ant",
+            num_envs=4,
+            seed=0,
+            headless=True,
+            device_keys=oige.devices("cpu", False),
+            task_cfg={"envSpcing": 2.5},
+        )
 
 
 def test_oige_config_names_unknown_tasks(oige_double):
@@ -119,11 +134,19 @@ def test_make_oige_env_launches_by_the_book(oige_double):
     from omniisaacgymenvs.envs.vec_env_rlgames import LAUNCHES
 
     # the runner hands make_env a torch.device; the app's launcher takes only an int device id
-    env = registry.make_env("OIGE-Cartpole", num_envs=4, device=torch.device("cpu"), seed=3,
-                            task_cfg={"resetDist": 2.0})
+    env = registry.make_env(
+        "OIGE-Cartpole", num_envs=4, device=torch.device("cpu"), seed=3, task_cfg={"resetDist": 2.0}
+    )
     assert isinstance(env, OmniIsaacGymWrapper) and env.num_envs == 4
-    assert LAUNCHES == [{"headless": True, "physics_gpu": 0, "experience": oige.default_experience(True),
-                         "enable_viewport": False, "closed": False}]
+    assert LAUNCHES == [
+        {
+            "headless": True,
+            "physics_gpu": 0,
+            "experience": oige.default_experience(True),
+            "enable_viewport": False,
+            "closed": False,
+        }
+    ]
     assert maths.CALLS[-1] == {"seed": 3, "torch_deterministic": False}
     task = env._env._task
     assert task._reset_dist == 2.0 and task._task_cfg["env"]["numEnvs"] == 4
@@ -198,8 +221,9 @@ def test_the_env_is_closed_at_exit(tmp_path):
         """
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path,
-                            env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path, env=env
+    )
     assert result.returncode == 1 and "training failed" in result.stderr
     assert "closed at exit: True" in result.stdout
 
@@ -221,8 +245,14 @@ def test_default_experience_needs_a_checkout_named_like_the_extension(monkeypatc
 def test_the_kit_experience_lists_isaac_sims_extension_folders():
     # OIGE's apps/*.kit files, kept outside Isaac Sim's apps/, list its extension folders relative to ${exe-path}
     text = (ROOT / "config" / "omni.sfp.train.kit").read_text()
-    for folder in ("${exe-path}/../exts", "${exe-path}/../extscache", "${exe-path}/../extsPhysics",
-                   "${exe-path}/exts", "${exe-path}/extscore", "${app}/../.."):
+    for folder in (
+        "${exe-path}/../exts",
+        "${exe-path}/../extscache",
+        "${exe-path}/../extsPhysics",
+        "${exe-path}/exts",
+        "${exe-path}/extscore",
+        "${app}/../..",
+    ):
         assert f'"{folder}"' in text, folder
 
 
@@ -246,11 +276,12 @@ def test_task_ant_takes_oiges_ant_settings(oige_double, capsys):
     assert list(models.units) == [256, 128, 64] and models.activation == "elu" and not models.separate
     assert models.init == "torch_zero_bias"  # mlp.initializer: default (rl_games zeroes the biases)
     assert ppo.bounds_loss_scale == 1e-4  # params.config.bounds_loss_coef
+    assert ppo.max_learning_rate == 1e-2 and ppo.value_clip == 0.2  # rl_games: AdaptiveScheduler max_lr, e_clip
     assert cfg.train.max_iterations == 500
     assert cfg.task.upstream["train.ppo.rollouts"] == "16 <- AntPPO.yaml: params.config.horizon_length"
     assert cfg.task.upstream["task.env.num_envs"] == "4096 <- Ant.yaml: env.numEnvs"
     out = capsys.readouterr().out
-    assert "[omni_sfp] Ant: 25 upstream settings (command-line overrides win):" in out
+    assert "[omni_sfp] Ant: 26 upstream settings (command-line overrides win):" in out
     assert "train.ppo.mini_batches=2  <- AntPPO.yaml: params.config.minibatch_size (32768)" in out
 
 
@@ -280,11 +311,25 @@ def test_embedded_and_gymnasium_tasks_take_no_upstream_settings(capsys):
 
 
 def test_rlgames_mapping_edge_cases():
-    train = {"params": {"network": {"separate": True, "mlp": {"units": [8], "activation": "relu"}},
-                        "config": {"horizon_length": 8, "mini_epochs": 2, "gamma": 0.9, "tau": 0.9,
-                                   "learning_rate": 1e-3, "lr_schedule": "linear", "e_clip": 0.1,
-                                   "clip_value": False, "critic_coef": 1, "grad_norm": 1.0,
-                                   "truncate_grads": False, "minibatch_size": 48}}}
+    train = {
+        "params": {
+            "network": {"separate": True, "mlp": {"units": [8], "activation": "relu"}},
+            "config": {
+                "horizon_length": 8,
+                "mini_epochs": 2,
+                "gamma": 0.9,
+                "tau": 0.9,
+                "learning_rate": 1e-3,
+                "lr_schedule": "linear",
+                "e_clip": 0.1,
+                "clip_value": False,
+                "critic_coef": 1,
+                "grad_norm": 1.0,
+                "truncate_grads": False,
+                "minibatch_size": 48,
+            },
+        }
+    }
     task = {"env": {"numEnvs": 10}}
     got = {s.key: s.value for s in upstream.rlgames_settings(train, task, "XPPO.yaml", "X.yaml")}
     assert got["train.ppo.learning_rate_schedule"] == "fixed" and "train.ppo.desired_kl" not in got

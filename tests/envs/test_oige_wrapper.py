@@ -42,8 +42,9 @@ def make(num_states=0, max_episode_length=6, seed=0):
 
     sim_config = SimpleNamespace(
         config={"rl_device": "cpu", "pipeline": "cpu", "seed": seed},
-        task_config={"env": {"numEnvs": NUM_ENVS, "controlFrequencyInv": 2, "clipObservations": 5.0,
-                             "clipActions": 1.0}},
+        task_config={
+            "env": {"numEnvs": NUM_ENVS, "controlFrequencyInv": 2, "clipObservations": 5.0, "clipActions": 1.0}
+        },
     )
     double = VecEnvRLGames(headless=True, sim_device=0)
     double.set_task(LocomotionLikeTask("PointMass", sim_config, double))
@@ -204,8 +205,12 @@ def test_skrl_ppo_trains_a_few_iterations_on_it():
     memory = RandomMemory(memory_size=cfg.rollouts, num_envs=env.num_envs, device=env.device)
     agent = PPO(models=models, memory=memory, cfg=cfg, **spaces)
     before = [p.detach().clone() for p in models["policy"].parameters()]
-    trainer_cfg = {"timesteps": 3 * cfg.rollouts, "headless": True, "disable_progressbar": True,
-                   "close_environment_at_exit": False}
+    trainer_cfg = {
+        "timesteps": 3 * cfg.rollouts,
+        "headless": True,
+        "disable_progressbar": True,
+        "close_environment_at_exit": False,
+    }
     SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
     after = list(models["policy"].parameters())
     assert double.reset_calls == 1 and double.step_calls == 1 + 3 * cfg.rollouts

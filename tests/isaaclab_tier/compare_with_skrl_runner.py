@@ -39,16 +39,30 @@ def assets() -> None:
 
 def ours(seed: int, num_envs: int, iterations: int, workdir: Path) -> dict:
     progress = workdir / f"ours-{seed}.jsonl"
-    command = [sys.executable, "-m", "omni_sfp.train", f"task={TASK}", "device=cpu", f"num_envs={num_envs}",
-               f"max_iterations={iterations}", f"seed={seed}", f"runs_dir={workdir / 'runs'}",
-               f"progress_file={progress}"]
+    command = [
+        sys.executable,
+        "-m",
+        "omni_sfp.train",
+        f"task={TASK}",
+        "device=cpu",
+        f"num_envs={num_envs}",
+        f"max_iterations={iterations}",
+        f"seed={seed}",
+        f"runs_dir={workdir / 'runs'}",
+        f"progress_file={progress}",
+    ]
     result = subprocess.run(command, check=False, capture_output=True, text=True, env=os.environ.copy())
     if result.returncode:
         raise SystemExit(f"our CLI failed ({result.returncode}): {result.stderr[-3000:]}")
     summary = re.search(r"Training time: ([\d.]+) s \| SPS: (\d+) \| SFP cache hits: ([\d.]+%|off)", result.stdout)
     returns = [json.loads(line)["mean_return"] for line in progress.read_text().splitlines()]
-    return {"returns": returns, "sps": float(summary.group(2)), "time_s": float(summary.group(1)),
-            "cache_hits": summary.group(3), "command": " ".join(command[1:])}
+    return {
+        "returns": returns,
+        "sps": float(summary.group(2)),
+        "time_s": float(summary.group(1)),
+        "cache_hits": summary.group(3),
+        "command": " ".join(command[1:]),
+    }
 
 
 def skrl_runner(seed: int, num_envs: int, iterations: int) -> dict:
@@ -118,17 +132,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         for seed in args.seeds:
             mine = ours(seed, args.num_envs, args.iterations, Path(workdir))
-            command = [sys.executable, str(Path(__file__).resolve()), "--skrl-only", str(seed),
-                       "--num-envs", str(args.num_envs), "--iterations", str(args.iterations)]
-            child = subprocess.run(command, capture_output=True, text=True, check=False, cwd=workdir,
-                                   env=os.environ.copy())  # cwd: skrl logs to ./<experiment directory>
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--skrl-only",
+                str(seed),
+                "--num-envs",
+                str(args.num_envs),
+                "--iterations",
+                str(args.iterations),
+            ]
+            child = subprocess.run(
+                command, capture_output=True, text=True, check=False, cwd=workdir, env=os.environ.copy()
+            )  # cwd: skrl logs to ./<experiment directory>
             if child.returncode:
                 raise SystemExit(f"skrl's Runner failed: {child.stderr[-3000:]}")
             theirs = json.loads(child.stdout.strip().splitlines()[-1])
             rows.append((seed, mine, theirs))
-            print(f"seed {seed}: omni_sfp mean return {mean_last(mine['returns'], args.last):.2f}, "
-                  f"SPS {mine['sps']:.0f}, SFP cache hits {mine['cache_hits']} | skrl Runner mean return "
-                  f"{mean_last(theirs['returns'], args.last):.2f}, SPS {theirs['sps']:.0f}", flush=True)
+            print(
+                f"seed {seed}: omni_sfp mean return {mean_last(mine['returns'], args.last):.2f}, "
+                f"SPS {mine['sps']:.0f}, SFP cache hits {mine['cache_hits']} | skrl Runner mean return "
+                f"{mean_last(theirs['returns'], args.last):.2f}, SPS {theirs['sps']:.0f}",
+                flush=True,
+            )
     if args.out is not None:
         runs = [{"seed": seed, "omni_sfp": mine, "skrl": theirs} for seed, mine, theirs in rows]
         args.out.write_text(json.dumps(runs))
@@ -137,8 +163,10 @@ def main() -> None:
         means = [mean_last(row[index]["returns"], args.last) for row in rows]
         sps = [row[index]["sps"] for row in rows]
         per_seed = ", ".join(f"{m:.2f}" for m in means)
-        print(f"  {name:12s} mean return {statistics.fmean(means):8.2f} (per seed {per_seed})"
-              f" | SPS {statistics.fmean(sps):6.0f} (per seed {', '.join(f'{s:.0f}' for s in sps)})")
+        print(
+            f"  {name:12s} mean return {statistics.fmean(means):8.2f} (per seed {per_seed})"
+            f" | SPS {statistics.fmean(sps):6.0f} (per seed {', '.join(f'{s:.0f}' for s in sps)})"
+        )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,15 @@ CARTPOLE = "Isaac-Cartpole-Direct"
 
 
 def run_train(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "omni_sfp.train", *args], check=False, capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout, env=os.environ.copy())
+    return subprocess.run(
+        [sys.executable, "-m", "omni_sfp.train", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
 
 
 def test_the_installed_isaac_lab_is_3_0_0():
@@ -100,8 +107,9 @@ def test_a_bad_env_override_is_named():
 
 def test_a_real_env_builds_with_a_torch_device_steps_and_closes_once():
     # the old adapter handed the runner's torch.device to Isaac Lab: TypeError at gym.make ("cuda" in device)
-    env = registry.make_env(CARTPOLE, num_envs=4, device=torch.device("cpu"), seed=1,
-                            task_cfg={"episode_length_s": 1.0})
+    env = registry.make_env(
+        CARTPOLE, num_envs=4, device=torch.device("cpu"), seed=1, task_cfg={"episode_length_s": 1.0}
+    )
     try:
         assert env.num_envs == 4 and env.device == torch.device("cpu")
         assert env.observation_space.shape == (4,) and env.action_space.shape == (1,)
@@ -133,8 +141,15 @@ def test_env_is_closed_at_exit_after_an_error(tmp_path):
         raise RuntimeError("training failed")
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path,
-                            timeout=600, env=os.environ.copy())
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env=os.environ.copy(),
+    )
     assert result.returncode == 1 and "training failed" in result.stderr, result.stderr[-2000:]
     assert "closed at exit: True" in result.stdout
 
@@ -151,6 +166,7 @@ def test_isaac_ids_take_their_registered_skrl_config_and_num_envs(capsys):
     assert list(models.units) == [32, 32] and models.activation == "elu" and models.separate is False
     assert models.init == "torch"  # skrl's instantiators keep nn.Linear's default init
     assert ppo.bounds_loss_scale == 0.0  # skrl's PPO has no bound loss
+    assert ppo.max_learning_rate == 1e-2  # KLAdaptiveLR's default max_lr (the config sets none)
     assert cfg.train.max_iterations == 150  # trainer.timesteps 4800 / rollouts 32
     source = "isaaclab_tasks.core.cartpole.agents:skrl_direct_ppo_cfg.yaml"
     assert cfg.task.upstream["train.ppo.rollouts"] == f"32 <- {source}: agent.rollouts"
@@ -167,8 +183,16 @@ def test_isaac_ant_prints_the_upstream_settings_it_took(capsys):
 
 
 def test_training_through_the_cli(tmp_path):
-    result = run_train(f"task={CARTPOLE}", "device=cpu", "num_envs=16", "max_iterations=2", "train.ppo.rollouts=16",
-                       f"runs_dir={tmp_path / 'runs'}", f"progress_file={tmp_path / 'progress.jsonl'}", cwd=tmp_path)
+    result = run_train(
+        f"task={CARTPOLE}",
+        "device=cpu",
+        "num_envs=16",
+        "max_iterations=2",
+        "train.ppo.rollouts=16",
+        f"runs_dir={tmp_path / 'runs'}",
+        f"progress_file={tmp_path / 'progress.jsonl'}",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "SFP cache hits: 100.0%" in result.stdout
     assert f"[omni_sfp] {CARTPOLE}: " in result.stdout  # the upstream settings it took, printed at start

@@ -90,7 +90,9 @@ class Settings:
         return None if node is _MISSING else copy.deepcopy(node)
 
     # ---- events --------------------------------------------------------------------------------------------------
-    def subscribe_to_node_change_events(self, path: str, on_change: Callable[[Any, ChangeEventType], None]) -> SubscriptionId:
+    def subscribe_to_node_change_events(
+        self, path: str, on_change: Callable[[Any, ChangeEventType], None]
+    ) -> SubscriptionId:
         number = next(self._numbers)
         self._subscribers[number] = (_key(path), on_change)
         return SubscriptionId(number)
@@ -162,8 +164,9 @@ class Settings:
         self._store(path, self._array([int(_check(v, (int,), "set_int_array")) for v in values]), rewrite=False)
 
     def set_float_array(self, path: str, values: list[float]) -> None:
-        self._store(path, self._array([float(_check(v, (int, float), "set_float_array")) for v in values]),
-                    rewrite=False)
+        self._store(
+            path, self._array([float(_check(v, (int, float), "set_float_array")) for v in values]), rewrite=False
+        )
 
     def set_string_array(self, path: str, values: list[str]) -> None:
         self._store(path, self._array([_check(v, (str,), "set_string_array") for v in values]), rewrite=False)
@@ -194,8 +197,11 @@ class Settings:
             return
         key = "/" + "/".join(parts)
         del parent[parts[-1]]
-        under = {subscribed for subscribed, _ in self._subscribers.values()
-                 if subscribed == key or subscribed.startswith(key + "/")}
+        under = {
+            subscribed
+            for subscribed, _ in self._subscribers.values()
+            if subscribed == key or subscribed.startswith(key + "/")
+        }
         for subscribed in sorted(under, key=_deepest_first):
             self._emit(subscribed, ChangeEventType.DESTROYED)
 

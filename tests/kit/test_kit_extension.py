@@ -19,7 +19,7 @@ pytestmark = pytest.mark.kit_kernel
 
 MANIFEST_SETTINGS = tomllib.loads((ROOT / "extension.toml").read_text())["settings"]["exts"]["omni.sfp"]
 
-FAKE_RUNNER = '''
+FAKE_RUNNER = """
 import json, os, signal, sys, time
 args = dict(a.split("=", 1) for a in sys.argv[1:])
 stopped = []
@@ -38,7 +38,7 @@ with open(args["progress_file"], "a") as f:
         time.sleep(0.02)
 with open(args["progress_file"] + ".done", "w") as f:
     f.write("stopped" if stopped else "finished")
-'''
+"""
 
 
 def expected_tasks() -> list[str]:
@@ -91,13 +91,24 @@ def test_command_line_settings_change_the_runner_overrides(tmp_path):
         results["published"] = list(settings.get("/exts/omni.sfp/state/overrides"))
         results["model"] = omni_sfp.kit.get_instance().model.to_overrides()
         """,
-        args=("--/exts/omni.sfp/num_envs=64", "--/exts/omni.sfp/units=[32,32]", "--/exts/omni.sfp/sfp_enabled=false",
-              "--/exts/omni.sfp/cache_check=identity", "--/exts/omni.sfp/task=LQR60x8",
-              "--/exts/omni.sfp/compile=true"),  # the manifest's "auto" string becomes a bool
+        args=(
+            "--/exts/omni.sfp/num_envs=64",
+            "--/exts/omni.sfp/units=[32,32]",
+            "--/exts/omni.sfp/sfp_enabled=false",
+            "--/exts/omni.sfp/cache_check=identity",
+            "--/exts/omni.sfp/task=LQR60x8",
+            "--/exts/omni.sfp/compile=true",
+        ),  # the manifest's "auto" string becomes a bool
     )
     assert run.results["published"] == run.results["model"]
-    for override in ("num_envs=64", "train.models.units=[32,32]", "train.sfp.enabled=false",
-                     "train.sfp.cache_check=identity", "task=LQR60x8", "train.models.compile=true"):
+    for override in (
+        "num_envs=64",
+        "train.models.units=[32,32]",
+        "train.sfp.enabled=false",
+        "train.sfp.cache_check=identity",
+        "task=LQR60x8",
+        "train.models.compile=true",
+    ):
         assert override in run.results["model"], override
 
 
@@ -217,7 +228,7 @@ def test_the_kit_app_file_enables_the_extension_with_its_toggles(tmp_path):
     assert isaac_line.search(source), "the Isaac Sim dependency line changed: update this test"
     text = isaac_line.sub("", source)
     text = text.replace('exts."omni.sfp".num_envs = 512', 'exts."omni.sfp".num_envs = 1024')
-    assert 'num_envs = 1024' in text
+    assert "num_envs = 1024" in text
     # the checkout as <tmp>/apps/omni.sfp/, with its own config/ holding the edited app file
     checkout = tmp_path / "apps" / "omni.sfp"
     checkout.mkdir(parents=True)

@@ -77,7 +77,9 @@ def test_a_refused_setting_is_one_error_line_and_the_model_keeps_its_value(kit):
     settings.set(f"{BASE}/num_envs", -3)
     settings.set_int_array(f"{BASE}/units", [])  # carb keeps an empty array as an empty dictionary
     assert model.get("num_envs") == DEFAULTS["num_envs"] and model.get("units") == DEFAULTS["units"]
-    assert len(bridge.errors) == 2 and all(line.startswith("[omni.sfp] setting /exts/omni.sfp/") for line in bridge.errors)
+    assert len(bridge.errors) == 2 and all(
+        line.startswith("[omni.sfp] setting /exts/omni.sfp/") for line in bridge.errors
+    )
     assert "num_envs" in bridge.errors[0] and "units" in bridge.errors[1]
     assert carb.logged == [("error", line) for line in bridge.errors]
     assert f"num_envs={DEFAULTS['num_envs']}" in settings.get(module.OVERRIDES)
@@ -89,7 +91,9 @@ def test_a_panel_edit_writes_its_setting_once_with_its_type(kit):
     module.SettingsBridge(model)
     events = []
     for key in ("seed", "units", "headless", "device"):
-        settings.subscribe_to_node_change_events(f"{BASE}/{key}", lambda _item, event, key=key: events.append((key, event.name)))
+        settings.subscribe_to_node_change_events(
+            f"{BASE}/{key}", lambda _item, event, key=key: events.append((key, event.name))
+        )
     model.set("seed", 7)
     model.set("units", [8, 8])
     model.set("headless", not DEFAULTS["headless"])
@@ -115,7 +119,8 @@ def test_the_compile_setting_is_a_bool_or_the_string_auto_in_both_directions(kit
     settings.set_string(f"{BASE}/compile", "sometimes")
     assert model.get("compile") == "auto" and bridge.errors == [
         "[omni.sfp] setting /exts/omni.sfp/compile ignored: compile='sometimes' is not allowed: expected true, false "
-        "or auto"]
+        "or auto"
+    ]
 
 
 def test_destroy_ends_both_directions_and_removes_the_published_overrides(kit):
@@ -134,7 +139,7 @@ def test_destroy_ends_both_directions_and_removes_the_published_overrides(kit):
 # ---- the stand-in against the real carb.settings ---------------------------------------------------------------
 # Run with `settings` (carb.settings.get_settings(), or the stand-in's) and `trace` (a list) in scope. The calls
 # are the ones omni_sfp.kit.settings makes, on fresh and existing nodes, plus the type rules around them.
-SCENARIO = '''
+SCENARIO = """
 def _watch(path):
     def on_change(_item, event_type):
         trace.append(["event", path, event_type.name, settings.get(path)])
@@ -189,7 +194,7 @@ _step("a child creates its parent", lambda: settings.set_int("/t/c", 2))
 for subscription in subscriptions:
     settings.unsubscribe_to_change_events(subscription)
 _step("no subscribers", lambda: settings.set_int("/t/c", 3))
-'''
+"""
 
 
 def stand_in_trace() -> list:

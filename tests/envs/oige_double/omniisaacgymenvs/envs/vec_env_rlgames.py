@@ -20,14 +20,26 @@ LAUNCHES = []
 
 
 class VecEnvRLGames(gymnasium.Env):
-    def __init__(self, headless, sim_device=0, enable_livestream=False, enable_viewport=False,
-                 launch_simulation_app=True, experience=None):
+    def __init__(
+        self,
+        headless,
+        sim_device=0,
+        enable_livestream=False,
+        enable_viewport=False,
+        launch_simulation_app=True,
+        experience=None,
+    ):
         if not isinstance(sim_device, int) or isinstance(sim_device, bool):
             raise TypeError(f"SimulationApp: physics_gpu must be an int, got {type(sim_device).__name__}")
         if any(not launch["closed"] for launch in LAUNCHES):
             raise RuntimeError("a SimulationApp is already running in this process")
-        self._launch = {"headless": headless, "physics_gpu": sim_device, "experience": experience,
-                        "enable_viewport": enable_viewport, "closed": False}
+        self._launch = {
+            "headless": headless,
+            "physics_gpu": sim_device,
+            "experience": experience,
+            "enable_viewport": enable_viewport,
+            "closed": False,
+        }
         LAUNCHES.append(self._launch)
         self._render = not headless or enable_livestream or enable_viewport
         self._task = None

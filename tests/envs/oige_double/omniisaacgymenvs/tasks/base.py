@@ -34,8 +34,9 @@ class RLTask:
         self.rl_device = self._cfg.get("rl_device", "cuda:0")
         self._device = "cpu" if self._cfg.get("pipeline") == "cpu" else self.rl_device
         self.action_space = spaces.Box(np.ones(self.num_actions) * -1.0, np.ones(self.num_actions) * 1.0)
-        self.observation_space = spaces.Box(np.ones(self.num_observations) * -np.inf,
-                                            np.ones(self.num_observations) * np.inf)
+        self.observation_space = spaces.Box(
+            np.ones(self.num_observations) * -np.inf, np.ones(self.num_observations) * np.inf
+        )
         self.state_space = spaces.Box(np.ones(self.num_states) * -np.inf, np.ones(self.num_states) * np.inf)
         self.generator = torch.Generator().manual_seed(self._cfg.get("seed", 0))
         self.position = torch.zeros(self._num_envs)

@@ -26,5 +26,6 @@ class FactoryTaskNutBoltPick(RLTask):
         self.max_episode_length = self._task_cfg["rl"]["max_episode_length"]
 
     def is_done(self):
-        self.reset_buf[:] = torch.where(self.progress_buf[:] >= self.max_episode_length - 1,
-                                        torch.ones_like(self.reset_buf), self.reset_buf)
+        self.reset_buf[:] = torch.where(
+            self.progress_buf[:] >= self.max_episode_length - 1, torch.ones_like(self.reset_buf), self.reset_buf
+        )

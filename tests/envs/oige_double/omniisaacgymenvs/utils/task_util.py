@@ -28,6 +28,11 @@ def initialize_task(config, env, init_sim=True):
     task = task_map[cfg["task_name"]](name=cfg["task_name"], sim_config=sim_config, env=env)
     backend = "warp" if cfg["warp"] else "torch"
     rendering_dt = sim_config.get_physics_params()["rendering_dt"]
-    env.set_task(task=task, sim_params=sim_config.get_physics_params(), backend=backend, init_sim=init_sim,
-                 rendering_dt=rendering_dt)
+    env.set_task(
+        task=task,
+        sim_params=sim_config.get_physics_params(),
+        backend=backend,
+        init_sim=init_sim,
+        rendering_dt=rendering_dt,
+    )
     return task

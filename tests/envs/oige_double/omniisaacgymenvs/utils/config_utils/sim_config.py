@@ -17,4 +17,7 @@ class SimConfig:
         return self._cfg
 
     def get_physics_params(self):
-        return {"dt": self._sim.get("dt", 1 / 60), "rendering_dt": self._sim.get("rendering_dt", self._sim.get("dt", 1 / 60))}
+        return {
+            "dt": self._sim.get("dt", 1 / 60),
+            "rendering_dt": self._sim.get("rendering_dt", self._sim.get("dt", 1 / 60)),
+        }
