@@ -2,8 +2,8 @@
 regression fails CI. The full check, 10 seeds per task and the peers' rows, is ``python -m omni_sfp.bench
 --quality`` (docs/benchmarks.md, "Learning quality").
 
-Cartpole is not asserted here for a given seed: with the default config 1-2 seeds in 8 still end below 475
-(issue 12 is open; measured seed 0 at 377.6 and seed 1 at 481.4 on 2026-12-03), and which seeds fail depends
+Cartpole is not asserted here for a given seed: with the default config 1 seed in 10 still ends below 475
+(issue 12 is open; seed 7 at 458.0 on 2026-12-03, the other nine at 493-499), and which seeds fail depends
 on the CPU's floating-point summation order. Cartpole learning is pinned by
 ``tests/test_train.py::test_cartpole_learns_to_balance``. LQR60x8 learns smoothly: seeds end at 1.18-1.23x
 the Riccati optimum's cost (docs/benchmarks.md); 1.35x leaves room for the spread between seeds and CPUs and
