@@ -264,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         print(text, flush=True)
     except BrokenPipeError:  # `| head`: the reader has what it wanted
         sys.stderr.close()
+        return 0
+    from omni_sfp.registry import source_errors
+
+    for error in source_errors():  # the tasks a broken adapter would have listed, and why they are missing
+        print(f"omni_sfp.list_tasks: not loaded: {error}", file=sys.stderr)
     return 0
 
 

@@ -130,8 +130,9 @@ def get_task(name: str) -> TaskSpec:
             return spec
     close = difflib.get_close_matches(name, list(_TASKS), n=3)
     hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    missing = "".join(f"; not loaded: {error}" for error in _SOURCES["errors"])  # a broken adapter says why
     raise UnknownTaskError(
-        f"unknown task {name!r}; {hint}known tasks: {', '.join(list_tasks())} (or {GYM_PREFIX}<Gymnasium id>)"
+        f"unknown task {name!r}; {hint}known tasks: {', '.join(list_tasks())} (or {GYM_PREFIX}<Gymnasium id>)" + missing
     )
 
 

@@ -118,3 +118,21 @@ def test_gymnasium_envs_are_seeded_by_make_env():
 
     assert torch.equal(first_obs(5), first_obs(5))
     assert not torch.equal(first_obs(5), first_obs(6))
+
+
+def test_a_task_source_that_fails_to_load_is_named_where_its_tasks_are_missing(monkeypatch, capsys):
+    """A broken adapter (its entry point's import fails) used to vanish silently: ``task=Ant`` said only
+    "unknown task". The unknown-task line and ``python -m omni_sfp.list_tasks`` now say which source failed."""
+    from importlib.metadata import EntryPoint
+
+    from omni_sfp import list_tasks as list_tasks_cli
+
+    broken = EntryPoint(name="broken", value="no_such_module_xyz:register", group=registry.SOURCES_GROUP)
+    monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(registry, "_SOURCES", {"loaded": False, "errors": []})
+    with pytest.raises(UnknownTaskError) as error:
+        get_task("Ant")
+    assert "not loaded: task source 'broken' (no_such_module_xyz:register)" in str(error.value)
+    assert "no_such_module_xyz" in str(error.value).split("not loaded:")[1] and "\n" not in str(error.value)
+    assert list_tasks_cli.main([]) == 0
+    assert "not loaded: task source 'broken'" in capsys.readouterr().err
