@@ -593,13 +593,12 @@ class SFPPPO(PPO):
                             predicted_values - old_values, min=-cfg.value_clip, max=cfg.value_clip
                         )
                     value_loss = cfg.value_loss_scale * F.mse_loss(batch_returns, predicted_values)
+                    bound_loss = 0  # rl_games' b_loss: in the backward, not in the reported policy loss
                     if self._soft_bounds is not None:
-                        policy_loss = policy_loss + self.bounds_loss_scale * bounds_loss(
-                            outputs["mean_actions"], *self._soft_bounds
-                        )
+                        bound_loss = self.bounds_loss_scale * bounds_loss(outputs["mean_actions"], *self._soft_bounds)
 
                 self.optimizer.zero_grad()
-                self.scaler.scale(policy_loss + entropy_loss + value_loss).backward()
+                self.scaler.scale(policy_loss + entropy_loss + value_loss + bound_loss).backward()
                 if skrl_config.torch.is_distributed:
                     self.policy.reduce_parameters()
                     if self.policy is not self.value:
