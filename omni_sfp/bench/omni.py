@@ -45,6 +45,7 @@ def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
             f"train.ppo.value_clip={work.value_clip}",
             f"train.ppo.grad_norm_clip={work.grad_norm_clip}",
             "train.ppo.entropy_loss_scale=0.0",
+            "train.ppo.bounds_loss_scale=0.0",  # as the rl_games rows (bounds_loss_coef 0) and skrl's PPO: the same work
             "train.ppo.value_loss_scale=1.0",
             f"train.ppo.rewards_scale={work.rewards_scale}",
             f"train.ppo.time_limit_bootstrap={_flag(row.time_limit_bootstrap)}",
