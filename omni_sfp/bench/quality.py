@@ -392,9 +392,8 @@ def _train_skrl(
     from skrl.memories.torch import RandomMemory
     from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
     from skrl.utils import set_seed
-    from skrl.utils.model_instantiators.torch import shared_model
 
-    from omni_sfp.bench.skrl_builtin import TimedPPO
+    from omni_sfp.bench.skrl_builtin import TimedPPO, skrl_shared_model
     from omni_sfp.runner import ppo_cfg
 
     cfg = _config(task, seed, device, runs_dir, iterations, overrides)
@@ -402,28 +401,14 @@ def _train_skrl(
     env, torch_device = _peer_env(cfg)
     optimal, max_length = _optimal_and_length(env)
     m = cfg.train.models
-    network = [{"name": "net", "input": "OBSERVATIONS", "layers": list(m.units), "activations": m.activation}]
-    model = shared_model(
-        observation_space=env.observation_space,
-        action_space=env.action_space,
-        device=torch_device,
-        structure=["GaussianMixin", "DeterministicMixin"],
-        roles=["policy", "value"],
-        parameters=[
-            {
-                "network": network,
-                "output": "ACTIONS",
-                "clip_log_std": True,
-                "min_log_std": -20.0,
-                "max_log_std": 2.0,
-                "initial_log_std": float(m.initial_log_std),
-            },
-            {"network": network, "output": "ONE"},
-        ],
+    model = skrl_shared_model(
+        env,
+        torch_device,
+        units=m.units,
+        activation=m.activation,
+        initial_log_std=m.initial_log_std,
         single_forward_pass=False,
     )
-    for role in ("policy", "value"):
-        model.init_state_dict(role=role)
     rollouts = int(cfg.train.ppo.rollouts)
     agent = TimedPPO(
         models={"policy": model, "value": model},

@@ -18,10 +18,13 @@ from omni_sfp.device import resolve_device
 from omni_sfp.runner import ppo_cfg
 
 
-def builtin_shared_model(env, work: Work, device) -> Model:
-    """skrl's ``shared_model(single_forward_pass=True)`` with our structure: the same trunk (units, activation),
-    a Gaussian policy head with a state-independent log std, and a value head."""
-    network = [{"name": "net", "input": "OBSERVATIONS", "layers": list(work.units), "activations": work.activation}]
+def skrl_shared_model(
+    env, device, *, units, activation: str, initial_log_std: float = 0.0, single_forward_pass: bool = True
+) -> Model:
+    """skrl's own ``shared_model`` with our structure: the same trunk (units, activation), a Gaussian policy head
+    with a state-independent log std, and a value head. The benchmark's skrl rows and the quality mode's plain
+    skrl row both build it here."""
+    network = [{"name": "net", "input": "OBSERVATIONS", "layers": list(units), "activations": activation}]
     model = shared_model(
         observation_space=env.observation_space,
         action_space=env.action_space,
@@ -35,15 +38,20 @@ def builtin_shared_model(env, work: Work, device) -> Model:
                 "clip_log_std": True,
                 "min_log_std": -20.0,
                 "max_log_std": 2.0,
-                "initial_log_std": 0.0,
+                "initial_log_std": float(initial_log_std),
             },
             {"network": network, "output": "ONE"},
         ],
-        single_forward_pass=True,
+        single_forward_pass=single_forward_pass,
     )
     for role in ("policy", "value"):  # materialise the lazy layers, as skrl's Runner does
         model.init_state_dict(role=role)
     return model
+
+
+def builtin_shared_model(env, work: Work, device) -> Model:
+    """skrl's ``shared_model(single_forward_pass=True)`` on the benchmark's network."""
+    return skrl_shared_model(env, device, units=work.units, activation=work.activation)
 
 
 class TimedPPO(PPO):
