@@ -230,6 +230,8 @@ class SFPPPO(PPO):
     :param check_finite: ``"raise"``, ``"skip"`` or ``"off"`` (``True``/``False`` mean raise/off).
     :param fused_optimizer: fused Adam, with the gradient-norm clip folded into its step.
     :param bounds_loss_scale: weight of rl_games' bound loss on the policy mean (0: none, as skrl's PPO).
+    :param learning_rate_anneal: the learning rate (with ``KLAdaptiveLR``: its ``max_lr``) falls linearly to 0
+        over the run, update by update, as openai/baselines' PPO.
     """
 
     def __init__(
@@ -238,10 +240,12 @@ class SFPPPO(PPO):
         check_finite: str | bool = "raise",
         fused_optimizer: bool = False,
         bounds_loss_scale: float = 0.0,
+        learning_rate_anneal: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.bounds_loss_scale = float(bounds_loss_scale)
+        self.learning_rate_anneal = bool(learning_rate_anneal)
         self._soft_bounds = soft_action_bounds(self.action_space, self.device) if self.bounds_loss_scale else None
         if fused_optimizer and self.optimizer is not None:
             self._use_fused_adam()
@@ -458,6 +462,8 @@ class SFPPPO(PPO):
                 self._skip(problem)
                 return {}
         snapshot = self._snapshot() if self.check_finite == "skip" else None
+        if self.learning_rate_anneal:
+            self._anneal_learning_rate(timestep, timesteps)
         losses = self._ppo_update()
         if self.check_finite != "off":
             problem = None
@@ -480,6 +486,21 @@ class SFPPPO(PPO):
                 self.track_data(tag, losses[key])
         self.track_data("Stats / Skipped updates", self.skipped_updates)
         return losses
+
+    def _anneal_learning_rate(self, timestep: int, timesteps: int) -> None:
+        """Scale the learning rate by the fraction of the run left, 1 at the first update and 1/N at the last
+        of N (openai/baselines' PPO). With ``KLAdaptiveLR`` it is the schedule's ``max_lr`` that falls, and the
+        current rate is held under it; the fraction is recomputed from the configured values each update, so
+        a resumed run anneals as an uninterrupted one."""
+        updates = max(timesteps // self.cfg.rollouts, 1)
+        remaining = 1.0 - (self._iteration(timestep) - 1) / updates
+        if isinstance(self.scheduler, KLAdaptiveLR):
+            self.scheduler.max_lr = self.cfg.learning_rate_scheduler_kwargs[0]["max_lr"] * remaining
+            for group in self.optimizer.param_groups:
+                group["lr"] = min(group["lr"], self.scheduler.max_lr)
+        else:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.cfg.learning_rate[0] * remaining
 
     def _ppo_update(self) -> dict[str, float]:
         """skrl 2.1.1's ``PPO.update`` mathematics (tests/test_agent.py pins it), with less bookkeeping.

@@ -55,12 +55,15 @@ def load_config(overrides: list[str]) -> DictConfig:
 
 def route_task(overrides: list[str]) -> list[str]:
     """``task=<name>`` for a task without its own cfg/task/<name>.yaml (``gym:<Id>``, OmniIsaacGymEnvs and
-    Isaac Lab names) selects the generic pair task/Generic.yaml + train/GenericPPO.yaml, named ``<name>``."""
+    Isaac Lab names) selects the generic pair task/Generic.yaml + train/GenericPPO.yaml, named ``<name>``; a
+    Gymnasium id with a train file of its own (train/<Id>PPO.yaml, the MuJoCo tasks) takes that one instead."""
     routed = []
     for override in overrides:
         key, sep, name = override.partition("=")
         if sep and key == "task" and not (config_dir() / "task" / f"{name}.yaml").is_file():
             routed += ["task=Generic", f"task.name='{name}'"]
+            if name.startswith("gym:") and (config_dir() / "train" / f"{name[4:]}PPO.yaml").is_file():
+                routed.append(f"train={name[4:]}PPO")  # a Gymnasium id with a tuned config (cfg/train/Hopper-v5PPO.yaml)
         else:
             routed.append(override)
     return routed

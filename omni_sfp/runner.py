@@ -124,6 +124,7 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
         check_finite=cfg.train.check_finite,
         fused_optimizer=p.fused_optimizer,
         bounds_loss_scale=p.bounds_loss_scale,
+        learning_rate_anneal=p.learning_rate_anneal,
     )
     agent.init()  # memory tensors; the TensorBoard writer when there is a run folder
     return agent
