@@ -286,3 +286,36 @@ def test_the_bound_loss_brings_a_runaway_policy_mean_back_and_scale_0_is_skrls_u
     assert torch.equal(flat_parameters(without), flat_parameters(skrl))
     pulled, _ = train(functools.partial(SFPPPO, bounds_loss_scale=1.0), runaway(), updates=3)
     assert mean_action(pulled) < mean_action(without) - 0.01 and mean_action(without) > 3.5
+
+
+def test_learning_rate_anneal_falls_linearly_over_the_run_and_caps_the_kl_adaptive_rate():
+    """openai/baselines' schedule: update k of N runs at ``lr * (1 - (k - 1) / N)``. With ``KLAdaptiveLR`` it is
+    the schedule's bound that falls: the rate the KL asks for is held under it."""
+    annealed = functools.partial(SFPPPO, learning_rate_anneal=True)
+    fixed = make_agent(
+        make_models("shared-sfp"),
+        agent_class=annealed,
+        **{**SETTINGS, "learning_rate_scheduler": None, "learning_rate_scheduler_kwargs": {}},
+    )
+    rollouts, updates = fixed.cfg.rollouts, 4
+    for k in range(1, updates + 1):
+        fixed._anneal_learning_rate(timestep=k * rollouts - 1, timesteps=updates * rollouts)
+        assert fixed.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * (1 - (k - 1) / updates))
+
+    adaptive = make_agent(
+        make_models("shared-sfp"),
+        agent_class=annealed,
+        **{
+            **SETTINGS,
+            "learning_rate": 4e-3,
+            "learning_rate_scheduler_kwargs": {"kl_threshold": 0.008, "max_lr": 5e-3},
+        },
+    )
+    for k in range(1, updates + 1):
+        adaptive._anneal_learning_rate(timestep=k * rollouts - 1, timesteps=updates * rollouts)
+        bound = 5e-3 * (1 - (k - 1) / updates)
+        assert adaptive.scheduler.max_lr == pytest.approx(bound)
+        before = adaptive.optimizer.param_groups[0]["lr"]
+        assert before <= bound
+        adaptive.scheduler.step(0.0)  # a small KL asks for 1.5x the rate: granted up to the bound
+        assert adaptive.optimizer.param_groups[0]["lr"] == pytest.approx(min(1.5 * before, bound))

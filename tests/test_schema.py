@@ -208,3 +208,15 @@ def test_the_command_checks_and_refuses_misuse():
     assert checked.returncode == 0 and checked.stdout == "", checked.stdout + checked.stderr
     misuse = subprocess.run([*run, "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert misuse.returncode == 2 and misuse.stderr.count("\n") == 1 and "usage:" in misuse.stderr
+
+
+def test_a_gymnasium_id_with_a_train_file_of_its_own_takes_it_and_others_take_the_generic_one():
+    hopper = load_config(["task=gym:Hopper-v5"])
+    assert hopper.task.name == "gym:Hopper-v5" and hopper.task.env.num_envs == 64
+    assert (hopper.train.max_iterations, hopper.train.ppo.rollouts, hopper.train.ppo.learning_rate) == (245, 64, 5e-4)
+    assert hopper.train.max_iterations * hopper.train.ppo.rollouts * hopper.task.env.num_envs >= 1_000_000
+    pendulum = load_config(["task=gym:Pendulum-v1"])
+    generic = yaml.safe_load((config_dir() / "train" / "GenericPPO.yaml").read_text())
+    assert pendulum.train.ppo.learning_epochs == generic["ppo"]["learning_epochs"]
+    assert pendulum.train.ppo.rollouts == 16
+    assert load_config(["task=gym:Hopper-v5", "train.ppo.rollouts=32"]).train.ppo.rollouts == 32  # overrides win

@@ -102,7 +102,13 @@ def build_parser() -> Parser:
         "--train-args",
         default="",
         metavar="OVERRIDES",
-        help="with --cold-start: the training overrides, e.g. 'task=LQR60x8 num_envs=256'",
+        help="with --cold-start or --env-overhead: the training overrides, e.g. 'task=LQR60x8 num_envs=256'",
+    )
+    cold.add_argument(
+        "--env-overhead",
+        action="store_true",
+        help="the product's rollout rate against the bare env's step rate under random actions, on the task of "
+        "--train-args (e.g. 'task=gym:Hopper-v5'), interleaved",
     )
     quality = parser.add_argument_group("quality")
     quality.add_argument("--quality", action="store_true", help="the quality evaluation instead of timing")
@@ -199,19 +205,28 @@ def _check_mode(parser: Parser, args: argparse.Namespace) -> None:
         "--quality-set": args.quality_set or None,
         "--quality-tasks": None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks,
     }
-    if args.cold_start:
-        if args.quality:
-            parser.error("--cold-start and --quality are two modes: choose one")
+    modes = [
+        flag
+        for flag, on in (
+            ("--cold-start", args.cold_start),
+            ("--env-overhead", args.env_overhead),
+            ("--quality", args.quality),
+        )
+        if on
+    ]
+    if len(modes) > 1:
+        parser.error(f"{' and '.join(modes)} are {'two' if len(modes) == 2 else 'three'} modes: choose one")
+    if args.cold_start or args.env_overhead:
         misplaced = [
             flag
             for flag, value in {**timing_only, **quality_only}.items()
             if value is not None and flag != "--repetitions"
         ]
         if misplaced:
-            parser.error(f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply with --cold-start")
+            parser.error(f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply with {modes[0]}")
         return
     if args.train_args:
-        parser.error("--train-args applies only with --cold-start")
+        parser.error("--train-args applies only with --cold-start or --env-overhead")
     misplaced = [flag for flag, value in (timing_only if args.quality else quality_only).items() if value is not None]
     if misplaced:
         parser.error(
@@ -239,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if args.cold_start:
         return _cold_start(args, threads, meta, out / f"coldstart-{stamp}", _log)
+    if args.env_overhead:
+        return _env_overhead(parser, args, threads, meta, out / f"envoverhead-{stamp}", _log)
     if args.quality:
         return _quality(parser, args, device, threads, meta, out / f"quality-{stamp}", _log)
     return _timing(parser, args, device, threads, meta, out, stamp, _log)
@@ -339,6 +356,30 @@ def _cold_start(args, threads, meta, stem: Path, log) -> int:
     repetitions = args.repetitions or 3
     log(f"[bench] cold start: {repetitions} runs of python -m omni_sfp.train {' '.join(overrides)}")
     summary = measure_cold_start(overrides, repetitions=repetitions, threads=threads)
+    meta["load_after"] = os.getloadavg()[0]
+    text = f"load average {meta['load_after']:.2f}; {meta['cpu']}, {threads} threads\n\n" + markdown(summary)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+def _env_overhead(parser, args, threads, meta, stem: Path, log) -> int:
+    import torch
+
+    from omni_sfp.bench.envrate import markdown, measure_env_overhead
+    from omni_sfp.config import ConfigError, load_config
+
+    torch.set_num_threads(threads)
+    overrides = shlex.split(args.train_args)
+    repetitions = args.repetitions or 3
+    try:
+        load_config(overrides)  # a bad task or key: one line, before any work
+    except ConfigError as error:
+        parser.error(str(error))
+    log(f"[bench] env overhead: {repetitions} interleaved repetitions of {' '.join(overrides) or 'the default task'}")
+    summary = measure_env_overhead(overrides, repetitions=repetitions, seed=args.seed)
     meta["load_after"] = os.getloadavg()[0]
     text = f"load average {meta['load_after']:.2f}; {meta['cpu']}, {threads} threads\n\n" + markdown(summary)
     stem.parent.mkdir(parents=True, exist_ok=True)
