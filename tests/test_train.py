@@ -147,6 +147,6 @@ def test_a_mujoco_task_trains_with_its_own_config(tmp_path, task):
         [f"task={task}", "num_envs=4", "max_iterations=2", "train.ppo.rollouts=8", "train.ppo.mini_batches=1"]
         + [f"runs_dir={tmp_path}", "train.models.compile=false"]
     )
-    assert cfg.train.ppo.max_learning_rate == 1e-2 and cfg.train.ppo.bounds_loss_scale == 0  # its file's, not the base's
+    assert cfg.train.ppo.max_learning_rate == 1e-2 and cfg.train.ppo.bounds_loss_scale == 0  # its file's
     summary = Runner(cfg, disable_progressbar=True).train()
     assert summary.iterations == 2 and summary.sfp_hit_rate >= 0.95 and summary.final_return is not None
