@@ -47,3 +47,47 @@ def test_each_env_counts_its_first_episodes_only(episodes):
 def test_no_finished_episode_gives_none():
     env = FallsEarly(3, max_episode_length=50, short=100)
     assert evaluate(env, lambda obs: torch.zeros(3, 1), episodes=1, max_length=10) is None
+
+
+class FirstDone:
+    """Passes a skrl wrapper through and notes the step at which each env first finished an episode."""
+
+    def __init__(self, env) -> None:
+        self.env, self.steps, self.first_done = env, 0, None
+
+    def reset(self):
+        self.steps, self.first_done = 0, None
+        return self.env.reset()
+
+    def step(self, actions):
+        observations, rewards, terminated, truncated, infos = self.env.step(actions)
+        self.steps += 1
+        done = (terminated | truncated).reshape(-1)
+        if self.first_done is None:
+            self.first_done = torch.full(done.shape, -1)
+        self.first_done = torch.where(done & (self.first_done < 0), self.steps, self.first_done)
+        return observations, rewards, terminated, truncated, infos
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def __setattr__(self, name, value):
+        if name == "_reset_once":
+            setattr(self.env, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+def test_an_evaluation_after_training_starts_every_env_from_a_reset():
+    """skrl's Gymnasium wrapper resets a vector env only once: after 50 steps of "training", an evaluation must
+    still see whole first episodes (Pendulum-v1: 200 steps each, it never terminates), not their remainders."""
+    from omni_sfp.registry import make_env
+
+    env = make_env("gym:Pendulum-v1", num_envs=3, device="cpu", seed=0)
+    env.reset()
+    for _ in range(50):
+        env.step(torch.zeros(3, 1))
+    watched = FirstDone(env)
+    assert evaluate(watched, lambda observations: torch.zeros(3, 1), episodes=1, max_length=200) is not None
+    assert watched.first_done.tolist() == [200, 200, 200]
+    env.close()
