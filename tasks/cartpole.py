@@ -30,6 +30,7 @@ class Cartpole(VecTask):
     :param reset_dist: Cart distance from the origin (m) that terminates an episode.
     :param max_effort: Force (N) applied by an action of 1; 10 N accelerates the 1.1 kg cart-pole at
         ~9 m/s^2, enough to catch the pole from any initial state.
+    :param sim_dt: Physics substep (s); ``SUBSTEPS`` of them make a control step. 1/120 is OmniIsaacGymEnvs'.
     :param validate_actions: Reject non-finite actions (one host synchronisation per step).
     """
 
@@ -53,8 +54,14 @@ class Cartpole(VecTask):
         max_episode_length: int = 500,
         reset_dist: float = 3.0,
         max_effort: float = 10.0,
+        sim_dt: float = SIM_DT,
         validate_actions: bool = True,
     ) -> None:
+        if not sim_dt > 0:
+            raise ValueError(f"sim_dt={sim_dt!r}: must be > 0")
+        self.sim_dt = float(sim_dt)
+        # Gymnasium's convention, read by the video recorder: one frame per control step
+        self.metadata = {**self.metadata, "render_fps": 1.0 / (self.sim_dt * self.SUBSTEPS)}
         self.reset_dist = float(reset_dist)
         self.max_effort = float(max_effort)
         self._initial_ranges = torch.tensor(self.INITIAL_RANGES, device=device)
@@ -83,10 +90,10 @@ class Cartpole(VecTask):
         x, x_dot, theta, theta_dot = self.state.unbind(-1)
         for _ in range(self.SUBSTEPS):
             x_acc, theta_acc = self._accelerations(theta, theta_dot, force)
-            x_dot = x_dot + self.SIM_DT * x_acc
-            theta_dot = theta_dot + self.SIM_DT * theta_acc
-            x = x + self.SIM_DT * x_dot
-            theta = theta + self.SIM_DT * theta_dot
+            x_dot = x_dot + self.sim_dt * x_acc
+            theta_dot = theta_dot + self.sim_dt * theta_acc
+            x = x + self.sim_dt * x_dot
+            theta = theta + self.sim_dt * theta_dot
         self.state = torch.stack((x, x_dot, theta, theta_dot), dim=-1)
 
         terminated = (x.abs() > self.reset_dist) | (theta.abs() > math.pi / 2)
