@@ -67,17 +67,27 @@ COMPARISONS = (
 )
 CARTPOLE_SOLVED = 475.0  # deterministic return (of 500) that counts as balanced
 LQR_SOLVED_RATIO = 1.25  # cost within this factor of the Riccati optimum counts as solved
+# Gymnasium MuJoCo: a published PPO baseline at 1M env steps (RL Baselines3 Zoo's benchmark.md: Stable Baselines3
+# PPO, the Zoo's tuned hyperparameters, deterministic evaluation; v3 tasks, docs/mujoco.md says how v5 differs)
+REFERENCE_RETURNS = {
+    "gym:Hopper-v5": (2410.0, "RL Baselines3 Zoo PPO, Hopper-v3, 1M steps"),
+    "gym:HalfCheetah-v5": (5819.0, "RL Baselines3 Zoo PPO, HalfCheetah-v3, 1M steps"),
+    "gym:Ant-v5": (1327.0, "RL Baselines3 Zoo PPO, Ant-v3, 1M steps"),
+}
 
 
 def solved(final_return: float | None, optimal_return: float | None, task: str) -> bool | None:
     """Whether a run solved its task: Cartpole >= 475 of 500; a task with a known (negative) optimal return
-    within ``LQR_SOLVED_RATIO`` of its cost; None where the task has no criterion."""
+    within ``LQR_SOLVED_RATIO`` of its cost; a MuJoCo task at least its published reference
+    (``REFERENCE_RETURNS``); None where the task has no criterion."""
     if final_return is None:
         return False
     if optimal_return is not None and optimal_return < 0:
         return final_return >= LQR_SOLVED_RATIO * optimal_return
     if task == "Cartpole":
         return final_return >= CARTPOLE_SOLVED
+    if task in REFERENCE_RETURNS:
+        return final_return >= REFERENCE_RETURNS[task][0]
     return None
 
 
@@ -558,6 +568,8 @@ def markdown(report: dict[str, Any]) -> str:
             if optimal is not None and optimal < 0
             else f"return >= {CARTPOLE_SOLVED:g}"
             if task == "Cartpole"
+            else f"return >= {REFERENCE_RETURNS[task][0]:g} ({REFERENCE_RETURNS[task][1]})"
+            if task in REFERENCE_RETURNS
             else "no criterion"
         )
         lines += [

@@ -65,6 +65,7 @@ def test_solved():
     assert solved(LQR_SOLVED_RATIO * optimal, optimal, "LQR60x8")
     assert not solved(LQR_SOLVED_RATIO * optimal - 0.01, optimal, "LQR60x8")
     assert solved(None, None, "Cartpole") is False and solved(1.0, None, "gym:Pendulum-v1") is None
+    assert solved(2410.0, None, "gym:Hopper-v5") and not solved(2409.9, None, "gym:Hopper-v5")
 
 
 def test_select_configs():
