@@ -269,7 +269,7 @@ TRAIN: tuple[Setting, ...] = (
     _s(
         "train.max_iterations",
         "int",
-        200,
+        50,
         "PPO iterations for this task; env steps = max_iterations * ppo.rollouts * num_envs",
         minimum=1,
     ),
@@ -308,7 +308,14 @@ TRAIN: tuple[Setting, ...] = (
         "true before training, auto after 2 eager iterations when the run is long enough to pay the compile back "
         "(the decision is printed; omni_sfp/compile_policy.py)",
     ),
-    _s("train.ppo.rollouts", "int", 16, "env steps per environment between updates (the horizon)", minimum=1),
+    _s(
+        "train.ppo.rollouts",
+        "int",
+        64,
+        "env steps per environment between updates (the horizon): what the advantages see before they lean on "
+        "the value function",
+        minimum=1,
+    ),
     _s("train.ppo.learning_epochs", "int", 4, "passes over the rollout per update", minimum=1),
     _s(
         "train.ppo.mini_batches",
