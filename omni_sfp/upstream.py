@@ -155,7 +155,11 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
             theirs = "gae_lambda"  # skrl 2.x name
         if agent.get(theirs) is not None:
             take(f"train.ppo.{ours}", kind(agent[theirs]), f"agent.{theirs}")
-    for key, default in (("rollouts", 16), ("learning_epochs", 8), ("value_clip", 0.2)):  # skrl's PPO_CFG defaults, where ours differ
+    for key, default in (
+        ("rollouts", 16),
+        ("learning_epochs", 8),
+        ("value_clip", 0.2),
+    ):  # skrl's PPO_CFG defaults, where ours differ
         if key not in agent:
             take(f"train.ppo.{key}", default, f"agent.{key} (absent: skrl's PPO_CFG default)")
     if "value_clip" in agent:

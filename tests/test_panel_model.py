@@ -203,7 +203,7 @@ def test_default_overrides_follow_the_contract():
         "train.mixed_precision=false",
         "train.models.units=[256,128,64]",
         "train.models.compile=auto",
-        "max_iterations=200",
+        "max_iterations=50",
         "checkpoint=''",
         "headless=true",
         "seed=42",

@@ -81,7 +81,7 @@ def test_every_shipped_key_refuses_a_value_of_the_wrong_type_by_name(task):
         (["train.ppo.rollouts=0"], "train.ppo.rollouts=0: must be >= 1"),
         (["train.ppo.learning_epochs=0"], "train.ppo.learning_epochs=0: must be >= 1"),
         (["train.ppo.mini_batches=0"], "train.ppo.mini_batches=0: must be >= 1"),
-        (["train.ppo.mini_batches=7"], "num_envs * rollouts = 512 * 16 = 8192 is not divisible by it"),
+        (["train.ppo.mini_batches=7"], "num_envs * rollouts = 512 * 64 = 32768 is not divisible by it"),
         (["train.ppo.discount_factor=1.5"], "train.ppo.discount_factor=1.5: must be <= 1"),
         (["train.ppo.gae_lambda=-0.1"], "train.ppo.gae_lambda=-0.1: must be >= 0"),
         (["train.ppo.learning_rate=0"], "train.ppo.learning_rate=0: must be > 0"),
