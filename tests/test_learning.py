@@ -17,21 +17,28 @@ REGRESSION_RATIO = 1.25  # cost over the Riccati optimum's that counts as a lear
 CARTPOLE_REGRESSION = 450.0  # deterministic return (of 500) below which Cartpole counts as a regression
 
 
+def train_seed_0(task: str, runs_dir) -> tuple[float, float | None]:
+    """The quality mode's single-pass fp32 row, seed 0, the task's default config: final return and optimum."""
+    result = run_quality(
+        tasks=[task],
+        seeds=[0],
+        device="cpu",
+        runs_dir=runs_dir,
+        iterations=None,
+        log=print,
+        configs=select_configs("sfp-fp32"),
+    )[task]
+    (final,) = result["configs"]["single pass, fp32"]["final_returns"]
+    return final, result["optimal_return"]
+
+
 @pytest.mark.slow
 def test_default_config_brings_lqr_near_the_riccati_optimum(tmp_path):
-    configs = select_configs("sfp-fp32")
-    lqr = run_quality(
-        tasks=["LQR60x8"], seeds=[0], device="cpu", runs_dir=tmp_path, iterations=None, log=print, configs=configs
-    )["LQR60x8"]
-    (final,) = lqr["configs"]["single pass, fp32"]["final_returns"]
-    assert final >= REGRESSION_RATIO * lqr["optimal_return"], (final, lqr["optimal_return"])
+    final, optimal = train_seed_0("LQR60x8", tmp_path)
+    assert final >= REGRESSION_RATIO * optimal, (final, optimal)
 
 
 @pytest.mark.slow
 def test_default_config_balances_the_cartpole(tmp_path):
-    configs = select_configs("sfp-fp32")
-    cartpole = run_quality(
-        tasks=["Cartpole"], seeds=[0], device="cpu", runs_dir=tmp_path, iterations=None, log=print, configs=configs
-    )["Cartpole"]
-    (final,) = cartpole["configs"]["single pass, fp32"]["final_returns"]
+    final, _ = train_seed_0("Cartpole", tmp_path)
     assert final >= CARTPOLE_REGRESSION, final

@@ -349,6 +349,17 @@ def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
     return 0
 
 
+def _write_summary(stem: Path, meta: dict, threads: int, summary: dict, table: str) -> int:
+    """A one-table mode's outputs: ``<stem>.json`` (meta and summary) and ``<stem>.md``, also printed."""
+    meta["load_after"] = os.getloadavg()[0]
+    text = f"load average {meta['load_after']:.2f}; {meta['cpu']}, {threads} threads\n\n" + table
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
 def _cold_start(args, threads, meta, stem: Path, log) -> int:
     from omni_sfp.bench.coldstart import markdown, measure_cold_start
 
@@ -356,13 +367,7 @@ def _cold_start(args, threads, meta, stem: Path, log) -> int:
     repetitions = args.repetitions or 3
     log(f"[bench] cold start: {repetitions} runs of python -m omni_sfp.train {' '.join(overrides)}")
     summary = measure_cold_start(overrides, repetitions=repetitions, threads=threads)
-    meta["load_after"] = os.getloadavg()[0]
-    text = f"load average {meta['load_after']:.2f}; {meta['cpu']}, {threads} threads\n\n" + markdown(summary)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
-    stem.with_suffix(".md").write_text(text)
-    print(text)
-    return 0
+    return _write_summary(stem, meta, threads, summary, markdown(summary))
 
 
 def _env_overhead(parser, args, threads, meta, stem: Path, log) -> int:
@@ -380,13 +385,7 @@ def _env_overhead(parser, args, threads, meta, stem: Path, log) -> int:
         parser.error(str(error))
     log(f"[bench] env overhead: {repetitions} interleaved repetitions of {' '.join(overrides) or 'the default task'}")
     summary = measure_env_overhead(overrides, repetitions=repetitions, seed=args.seed)
-    meta["load_after"] = os.getloadavg()[0]
-    text = f"load average {meta['load_after']:.2f}; {meta['cpu']}, {threads} threads\n\n" + markdown(summary)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
-    stem.with_suffix(".md").write_text(text)
-    print(text)
-    return 0
+    return _write_summary(stem, meta, threads, summary, markdown(summary))
 
 
 def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
