@@ -62,7 +62,6 @@ def route_task(overrides: list[str]) -> list[str]:
         key, sep, name = override.partition("=")
         if sep and key == "task" and not (config_dir() / "task" / f"{name}.yaml").is_file():
             routed += ["task=Generic", f"task.name='{name}'"]
-            # a Gymnasium id with a tuned config of its own (cfg/train/Hopper-v5PPO.yaml)
             if name.startswith("gym:") and (config_dir() / "train" / f"{name[4:]}PPO.yaml").is_file():
                 routed.append(f"train={name[4:]}PPO")
         else:

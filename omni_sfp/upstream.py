@@ -155,13 +155,12 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
             theirs = "gae_lambda"  # skrl 2.x name
         if agent.get(theirs) is not None:
             take(f"train.ppo.{ours}", kind(agent[theirs]), f"agent.{theirs}")
-    for key, default in (
-        ("rollouts", 16),
-        ("learning_epochs", 8),
-        ("value_clip", 0.2),
-    ):  # skrl's PPO_CFG defaults, where ours differ
+    from skrl.agents.torch.ppo import PPO_CFG
+
+    skrl_defaults = PPO_CFG()  # what skrl's PPO takes for a key the config leaves out, where ours differs
+    for key in ("rollouts", "learning_epochs", "value_clip"):
         if key not in agent:
-            take(f"train.ppo.{key}", default, f"agent.{key} (absent: skrl's PPO_CFG default)")
+            take(f"train.ppo.{key}", getattr(skrl_defaults, key), f"agent.{key} (absent: skrl's PPO_CFG default)")
     if "value_clip" in agent:
         clipped = agent.get("clip_predicted_values", True)
         take(
@@ -197,7 +196,7 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
         if theirs in agent:
             take(f"train.ppo.{ours}", bool(agent[theirs]) and agent[theirs] != "None", f"agent.{theirs}")
     trainer = runner_cfg.get("trainer", {}) or {}
-    rollouts = int(agent.get("rollouts") or 16)  # skrl's PPO_CFG default
+    rollouts = int(agent.get("rollouts") or skrl_defaults.rollouts)
     if trainer.get("timesteps") and rollouts:
         iterations = max(1, math.ceil(int(trainer["timesteps"]) / rollouts))
         take("train.max_iterations", iterations, f"trainer.timesteps ({trainer['timesteps']}) / agent.rollouts")
