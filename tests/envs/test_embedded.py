@@ -119,3 +119,20 @@ def test_num_envs_and_max_episode_length_must_be_positive():
         Cartpole(0)
     with pytest.raises(ValueError, match="max_episode_length"):
         Cartpole(2, max_episode_length=0)
+
+
+@pytest.mark.parametrize("sim_dt, fps", [(1 / 60, 30.0), (1 / 120, 60.0)])
+def test_cartpole_sim_dt_sets_the_physics_step_and_the_frame_rate(sim_dt, fps):
+    """An upright pole on a cart coasting at 1 m/s with no force has no acceleration: one control step of two
+    substeps moves the cart by exactly 2 * sim_dt metres."""
+    task = Cartpole(1, sim_dt=sim_dt)
+    task.reset()
+    task.state = torch.tensor([[0.0, 1.0, 0.0, 0.0]])
+    observations = task.step(torch.zeros(1, 1))[0]
+    assert observations[0, 0].item() == pytest.approx(2 * sim_dt)
+    assert task.metadata["render_fps"] == pytest.approx(fps)
+
+
+def test_cartpole_refuses_a_physics_step_that_is_not_positive():
+    with pytest.raises(ValueError, match="sim_dt=0: must be > 0"):
+        Cartpole(1, sim_dt=0)
