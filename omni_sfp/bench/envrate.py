@@ -21,43 +21,37 @@ import numpy as np
 
 
 def _bare_rate(cfg, steps: int, seed: int) -> float:
-    """Env steps per second of the bare vector env under random actions (all envs counted)."""
+    """Env steps per second of the bare env under random actions (all envs counted), built as the product
+    builds it (:func:`omni_sfp.registry.make_env`). A Gymnasium id is stepped below skrl's wrapper, as the
+    vector env itself."""
+    import torch
     from omegaconf import OmegaConf
 
     from omni_sfp.config import num_envs
     from omni_sfp.registry import GYM_PREFIX, make_env
 
     envs = num_envs(cfg)
-    name = cfg.task.name
-    if name.startswith(GYM_PREFIX):
-        import gymnasium
-        from gymnasium.vector import AutoresetMode
-
-        env = gymnasium.make_vec(
-            name[len(GYM_PREFIX) :],
-            num_envs=envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-        )
-        env.reset(seed=seed)
-        env.action_space.seed(seed)
-        start = time.perf_counter()
-        for _ in range(steps):
-            env.step(env.action_space.sample())
-        elapsed = time.perf_counter() - start
-        env.close()
-        return steps * envs / elapsed
-    import torch  # an embedded or simulator task: its skrl wrapper is the bare env
-
     task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
-    env = make_env(name, num_envs=envs, device="cpu", seed=seed, headless=True, task_cfg=task_cfg)
-    env.reset()
-    low = torch.as_tensor(env.action_space.low, dtype=torch.float32)
-    high = torch.as_tensor(env.action_space.high, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed)
+    env = make_env(cfg.task.name, num_envs=envs, device="cpu", seed=seed, headless=True, task_cfg=task_cfg)
+    if cfg.task.name.startswith(GYM_PREFIX):
+        vector = env._env  # skrl's wrapper holds the Gymnasium vector env
+        vector.reset(seed=seed)
+        vector.action_space.seed(seed)
+
+        def step() -> None:
+            vector.step(vector.action_space.sample())
+    else:
+        env.reset()
+        low = torch.as_tensor(env.action_space.low, dtype=torch.float32)
+        high = torch.as_tensor(env.action_space.high, dtype=torch.float32)
+        generator = torch.Generator().manual_seed(seed)
+
+        def step() -> None:
+            env.step(low + (high - low) * torch.rand((envs, *low.shape), generator=generator))
+
     start = time.perf_counter()
     for _ in range(steps):
-        env.step(low + (high - low) * torch.rand((envs, *low.shape), generator=generator))
+        step()
     elapsed = time.perf_counter() - start
     env.close()
     return steps * envs / elapsed
