@@ -8,8 +8,8 @@ What changes against ``skrl.agents.torch.ppo.PPO`` and why:
   grad-norm clip folded into the fused Adam step). It clears the SFP caches itself at its start, after every
   optimizer step and at its end (a fused step bumps no version counter), and it *returns* its losses.
 - ``record_transition`` keeps episode statistics on the device (skrl's base reads four numbers back to
-  the host every step) and checks for non-finite data without a sync: the first bad env step, env index
-  and quantity are remembered on the device and read once per rollout, at the update.
+  the host every step). Non-finite data are looked for once per rollout, at the update, in the memory: no
+  work per step, and the report still names the first bad env step, env index and quantity.
 - ``check_finite`` decides what a non-finite observation, reward or loss does: ``"raise"`` (default) stops
   with :class:`NonFiniteError`, ``"skip"`` drops that rollout's update (a non-finite loss rolls the update
   back) and counts it in ``skipped_updates``, ``"off"`` checks nothing.
@@ -107,30 +107,33 @@ def _split_sizes(samples: int, parts: int) -> list[int]:
 
 
 class EpisodeTracker:
-    """Per-env running returns and lengths, and the sum/count of finished episodes, all on the device."""
+    """Per-env running returns and lengths, and the sum/count of finished episodes, all on the device: six
+    small kernels per step, on one ``(envs, 3)`` tensor whose columns are the return, the length and a 1 that
+    counts an episode when the finished rows are summed."""
 
     def __init__(self, num_envs: int, device: torch.device) -> None:
-        self.returns = torch.zeros(num_envs, 1, device=device)
-        self.lengths = torch.zeros(num_envs, 1, device=device)
+        self.running = torch.zeros(num_envs, 3, device=device)
+        self.running[:, 2] = 1
+        self._fresh = self.running[:1].clone()  # an episode's first row: (0, 0, 1)
+        self._increment = torch.zeros(num_envs, 3, device=device)  # a step's row: (reward, 1, 0)
+        self._increment[:, 1] = 1
         self.finished = torch.zeros(3, device=device)  # sum of returns, sum of lengths, count
 
     def record(self, rewards: torch.Tensor, done: torch.Tensor) -> None:
-        self.returns += rewards
-        self.lengths += 1
-        zero = torch.zeros((), device=self.returns.device)
+        self._increment[:, :1].copy_(rewards.reshape(-1, 1))
+        self.running += self._increment
+        done = done.reshape(-1, 1)
         # where, not multiply: a NaN return (check_finite=skip/off) must not leak into other episodes
-        finished_returns = torch.where(done, self.returns, zero).sum()
-        finished_lengths = torch.where(done, self.lengths, zero).sum()
-        self.finished += torch.stack([finished_returns, finished_lengths, done.sum().to(self.finished.dtype)])
-        self.returns = torch.where(done, zero, self.returns)
-        self.lengths = torch.where(done, zero, self.lengths)
+        self.finished += torch.where(done, self.running, 0.0).sum(dim=0)
+        self.running = torch.where(done, self._fresh, self.running)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"returns": self.returns, "lengths": self.lengths, "finished": self.finished}
+        return {"returns": self.running[:, :1], "lengths": self.running[:, 1:2], "finished": self.finished}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for name, tensor in state.items():
-            setattr(self, name, tensor.to(getattr(self, name).device).clone())
+        self.running[:, :1].copy_(state["returns"])
+        self.running[:, 1:2].copy_(state["lengths"])
+        self.finished.copy_(state["finished"])
 
     def pop(self) -> tuple[float | None, float | None, int]:
         """Mean return and length of the episodes finished since the last call, over all ranks (one host
@@ -143,37 +146,22 @@ class EpisodeTracker:
         return total_return / count, total_length / count, int(count)
 
 
-class NonFiniteGuard:
-    """Remembers, on the device, the first env step, env index and quantity whose data was not finite.
-
-    ``check`` launches a few small kernels and never reads a value back; ``pop`` reads the record (one host
-    sync, once per rollout) and clears it.
+def first_nonfinite(**series: torch.Tensor) -> tuple[int, int, str] | None:
+    """The first ``(step, env index, name)`` whose data is not finite, in series shaped ``(steps, envs, ...)``
+    with the same steps and envs (within one step, in the order given); None if all is finite. One host read.
     """
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = torch.device(device)
-        self.first = torch.full((3,), -1, dtype=torch.long, device=self.device)  # step, env index, name index
-        self.names: list[str] = []
-
-    def check(self, step: int, **tensors: torch.Tensor | None) -> None:
-        for name, tensor in tensors.items():
-            if tensor is None:
-                continue
-            if name not in self.names:
-                self.names.append(name)
-            bad = ~torch.isfinite(tensor.reshape(tensor.shape[0], -1)).all(dim=1)
-            env = torch.argmax(bad.to(torch.uint8))  # the first bad env (argmax returns the first maximum)
-            candidate = torch.stack([torch.full_like(env, step), env, torch.full_like(env, self.names.index(name))])
-            fresh = bad.any() & (self.first[0] < 0)
-            self.first = torch.where(fresh, candidate, self.first)
-
-    def pop(self) -> tuple[int, int, str] | None:
-        """``(step, env index, quantity)`` of the first non-finite value since the last pop, or None."""
-        step, env, name = self.first.tolist()
-        if step < 0:
-            return None
-        self.first = torch.full_like(self.first, -1)
-        return step, env, self.names[name]
+    names = list(series)
+    bad = torch.stack(
+        [~torch.isfinite(data.reshape(data.shape[0], data.shape[1], -1)).all(dim=2) for data in series.values()],
+        dim=1,
+    ).flatten()  # (steps, names, envs) flattened: the first True is the earliest step, then name, then env
+    first = torch.argmax(bad.to(torch.uint8))  # argmax returns the first maximum
+    found, index = torch.stack([bad[first].long(), first]).tolist()
+    if not found:
+        return None
+    envs = next(iter(series.values())).shape[1]
+    step, rest = divmod(index, len(names) * envs)
+    return step, rest % envs, names[rest // envs]
 
 
 def final_observations(infos: Any, next_observations: torch.Tensor, observation_space: Any) -> torch.Tensor | None:
@@ -259,7 +247,8 @@ class SFPPPO(PPO):
         self.last_skip_reason: str | None = None
         self.last_losses: dict[str, float] = {}
         self._episodes: EpisodeTracker | None = None
-        self._guard = NonFiniteGuard(self.device)
+        self._recorded_steps = 0  # steps recorded since the last update (the memory's rows to check)
+        self._first_recorded_step = 0  # the env step of the first of them
         models = {id(m): m for m in (self.policy, self.value) if m is not None}.values()
         self._caches = [cache for model in models for cache in sfp_modules(model)]
         self._trained_parameters = list({id(p): p for model in models for p in model.parameters()}.values())
@@ -385,8 +374,6 @@ class SFPPPO(PPO):
         self._episodes.record(rewards, terminated | truncated)
         if not self.training:
             return
-        if self.check_finite != "off":
-            self._guard.check(timestep, observations=next_observations, rewards=rewards)
 
         self._current_next_observations = next_observations
         self._current_next_states = next_states
@@ -409,6 +396,9 @@ class SFPPPO(PPO):
             values=self._current_values,
         )
         self._rollout += 1  # steps recorded so far (skrl counts them in post_interaction, which our loop skips)
+        if not self._recorded_steps:
+            self._first_recorded_step = timestep
+        self._recorded_steps += 1
 
     def _bootstrap_values(
         self, next_states: torch.Tensor | None, truncated: torch.Tensor, infos: Any
@@ -454,13 +444,13 @@ class SFPPPO(PPO):
         Non-finite data (``check_finite``) is checked before (observations, rewards) and after (losses);
         with ``"skip"`` a non-finite loss rolls the whole update back.
         """
-        if self.check_finite != "off":
-            problem = self._pending_problem()
-            if problem is not None:
-                if self.check_finite == "raise":
-                    raise NonFiniteError(problem)
-                self._skip(problem)
-                return {}
+        problem = self._pending_problem() if self.check_finite != "off" else None
+        self._recorded_steps = 0  # the next rollout starts (the memory's rows are overwritten from the first)
+        if problem is not None:
+            if self.check_finite == "raise":
+                raise NonFiniteError(problem)
+            self._skip(problem)
+            return {}
         snapshot = self._snapshot() if self.check_finite == "skip" else None
         if self.learning_rate_anneal:
             self._anneal_learning_rate(timestep, timesteps)
@@ -677,11 +667,11 @@ class SFPPPO(PPO):
 
     # -- non-finite data ------------------------------------------------------------------------------------
     def raise_pending_nonfinite(self, cause: BaseException | None = None) -> None:
-        """Raise :class:`NonFiniteError` if the guard holds a record (e.g. the task refused the NaN actions that
+        """Raise :class:`NonFiniteError` if the steps recorded so far hold non-finite data (e.g. the task refused the NaN actions that
         a NaN observation produced: the report names the observation, where the problem started)."""
         if self.check_finite == "off":
             return
-        found = self._guard.pop()
+        found = self._rollout_nonfinite()
         if found is not None:
             message = self._describe(*found)
             if cause is not None:
@@ -703,10 +693,26 @@ class SFPPPO(PPO):
     def _on_rank() -> str:
         return f" on rank {distributed.rank()}" if distributed.world_size() > 1 else ""
 
+    def _rollout_nonfinite(self) -> tuple[int, int, str] | None:
+        """``(env step, env index, quantity)`` of the first non-finite next observation or reward among the steps
+        recorded since the last update, read from the memory once (nothing is checked per step). A step's next
+        observations are what the step after it acted on (the memory's next row); the last step's are
+        ``_current_next_observations``. The rewards are the memory's (the time-limit bootstrap added)."""
+        recorded = self._recorded_steps
+        if not recorded:
+            return None
+        observations = self.memory.get_tensor_by_name("observations")
+        last = self._current_next_observations.reshape(1, observations.shape[1], -1).to(observations.dtype)
+        found = first_nonfinite(
+            observations=torch.cat([observations[1:recorded], last]),
+            rewards=self.memory.get_tensor_by_name("rewards")[:recorded],
+        )
+        return None if found is None else (self._first_recorded_step + found[0], *found[1:])
+
     def _pending_problem(self) -> str | None:
         """This rollout's first non-finite observation or reward, agreed between the ranks (every rank skips or
         raises together, or the next collective would wait forever)."""
-        found = self._guard.pop()
+        found = self._rollout_nonfinite()
         return distributed.first_report(self._describe(*found) if found is not None else None, self.device)
 
     def _skip(self, reason: str) -> None:

@@ -180,13 +180,14 @@ def gather_to_main(obj: Any) -> list[Any] | None:
 
 
 def scaler_class() -> type:
-    """The observation/value normaliser class: skrl's ``RunningStandardScaler`` in a single process,
-    :class:`DistributedRunningStandardScaler` in a multi-process run."""
+    """The observation/value normaliser class: :class:`omni_sfp.scaler.StandardScaler` (skrl's
+    ``RunningStandardScaler``, cheaper to apply) in a single process, :class:`DistributedRunningStandardScaler`
+    in a multi-process run."""
     if world_size() > 1:
         return distributed_scaler_class()
-    from skrl.resources.preprocessors.torch import RunningStandardScaler
+    from omni_sfp.scaler import StandardScaler
 
-    return RunningStandardScaler
+    return StandardScaler
 
 
 def pooled_moments(mean: torch.Tensor, var: torch.Tensor, count) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -205,11 +206,12 @@ def pooled_moments(mean: torch.Tensor, var: torch.Tensor, count) -> tuple[torch.
 def distributed_scaler_class() -> type:
     """:class:`DistributedRunningStandardScaler`, defined on first use: it subclasses skrl's scaler, and
     importing skrl when this module is imported would run skrl's process-group setup before :func:`setup`."""
-    from skrl.resources.preprocessors.torch import RunningStandardScaler
+    from omni_sfp.scaler import StandardScaler
 
-    class DistributedRunningStandardScaler(RunningStandardScaler):
-        """skrl's ``RunningStandardScaler`` whose statistics are updated with each batch pooled over all
-        ranks, so every rank normalises with the same mean and variance: those of all ranks' data.
+    class DistributedRunningStandardScaler(StandardScaler):
+        """skrl's ``RunningStandardScaler`` (as :class:`omni_sfp.scaler.StandardScaler`) whose statistics are
+        updated with each batch pooled over all ranks, so every rank normalises with the same mean and variance:
+        those of all ranks' data.
 
         Each training call all-reduces one packed float64 vector (sums, sums of squares, count). All ranks
         make the same training calls in the same order: PPO's minibatch loop is identical on every rank as

@@ -70,12 +70,14 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     return models
 
 
-def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None):
-    """skrl's ``PPO_CFG`` for a validated config (also used by the benchmark's plain-skrl rows)."""
+def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *, scaler: type | None = None):
+    """skrl's ``PPO_CFG`` for a validated config (also used by the benchmark's plain-skrl rows, which pass
+    skrl's own ``RunningStandardScaler`` as ``scaler``)."""
     from skrl.agents.torch.ppo import PPO_CFG
 
     p = cfg.train.ppo
-    scaler = distributed.scaler_class()  # skrl's RunningStandardScaler; pooled over the ranks when distributed
+    if scaler is None:  # skrl's RunningStandardScaler, cheaper to apply; pooled over the ranks when distributed
+        scaler = distributed.scaler_class()
     agent_cfg = PPO_CFG(
         rollouts=p.rollouts,
         learning_epochs=p.learning_epochs,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import statistics
 
 import gymnasium
@@ -319,3 +320,28 @@ def test_learning_rate_anneal_falls_linearly_over_the_run_and_caps_the_kl_adapti
         assert before <= bound
         adaptive.scheduler.step(0.0)  # a small KL asks for 1.5x the rate: granted up to the bound
         assert adaptive.optimizer.param_groups[0]["lr"] == pytest.approx(min(1.5 * before, bound))
+
+
+def test_episode_tracker_sums_finished_episodes_and_keeps_a_nan_in_its_own_episode():
+    from omni_sfp.agent import EpisodeTracker
+
+    tracker = EpisodeTracker(3, torch.device("cpu"))
+    steps = [  # rewards and done flags of 3 envs over 4 steps
+        ([1.0, 2.0, float("nan")], [False, True, False]),
+        ([1.0, 5.0, 1.0], [True, False, True]),
+        ([3.0, 5.0, 1.0], [False, True, False]),
+        ([3.0, 1.0, 1.0], [False, False, False]),
+    ]
+    for rewards, done in steps[:2]:
+        tracker.record(torch.tensor(rewards).reshape(3, 1), torch.tensor(done).reshape(3, 1))
+    mean_return, mean_length, count = tracker.pop()  # env 2's NaN episode ended: the mean is NaN, as it was
+    assert count == 3 and mean_length == 5 / 3 and math.isnan(mean_return)
+    for rewards, done in steps[2:]:
+        tracker.record(torch.tensor(rewards).reshape(3, 1), torch.tensor(done).reshape(3, 1))
+    assert tracker.pop() == (10.0, 2.0, 1)  # env 1's second episode: 5 + 5; no NaN left anywhere
+    state = tracker.state_dict()
+    assert state["returns"].flatten().tolist() == [6.0, 1.0, 2.0] and state["lengths"].flatten().tolist() == [2, 1, 2]
+    other = EpisodeTracker(3, torch.device("cpu"))
+    other.load_state_dict({name: tensor.clone() for name, tensor in state.items()})
+    other.record(torch.ones(3, 1), torch.ones(3, 1, dtype=torch.bool))
+    assert other.pop() == (4.0, 8 / 3, 3)  # the resumed episodes end: returns 7, 2, 3 and lengths 3, 2, 3

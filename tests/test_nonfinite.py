@@ -169,3 +169,16 @@ def test_the_cli_stops_with_one_line_and_exit_code_1(monkeypatch, tmp_path, caps
     assert err.count("\n") == 0 and "Traceback" not in err
     assert "non-finite rewards at env step 3 (iteration 1, step 4 of 8 in the rollout), env index 2" in err
     assert "last checkpoint: none written yet" in err
+
+
+def test_first_nonfinite_orders_by_step_then_quantity_then_env():
+    from omni_sfp.agent import first_nonfinite
+
+    observations, rewards = torch.zeros(4, 6, 3), torch.zeros(4, 6, 1)
+    assert first_nonfinite(observations=observations, rewards=rewards) is None
+    rewards[3, 0] = math.inf
+    assert first_nonfinite(observations=observations, rewards=rewards) == (3, 0, "rewards")
+    rewards[2, 4] = math.nan
+    observations[2, 5, 1] = -math.inf
+    assert first_nonfinite(observations=observations, rewards=rewards) == (2, 5, "observations")
+    assert first_nonfinite(rewards=rewards, observations=observations) == (2, 4, "rewards")

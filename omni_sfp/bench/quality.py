@@ -400,6 +400,7 @@ def _train_skrl(
     """Plain skrl PPO under skrl's SequentialTrainer, with skrl's own shared model in its correct double-pass
     mode (its unkeyed single forward pass serves stale features to the bootstrap calls, see the README)."""
     from skrl.memories.torch import RandomMemory
+    from skrl.resources.preprocessors.torch import RunningStandardScaler
     from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
     from skrl.utils import set_seed
 
@@ -426,7 +427,7 @@ def _train_skrl(
         observation_space=env.observation_space,
         action_space=env.action_space,
         device=torch_device,
-        cfg=ppo_cfg(cfg, env, torch_device, run_dir=None),
+        cfg=ppo_cfg(cfg, env, torch_device, run_dir=None, scaler=RunningStandardScaler),
         on_update=env.point,
     )
     updates = int(cfg.max_iterations or cfg.train.max_iterations)

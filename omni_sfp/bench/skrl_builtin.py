@@ -9,6 +9,7 @@ from typing import Any
 from skrl.agents.torch.ppo import PPO
 from skrl.memories.torch import RandomMemory
 from skrl.models.torch import Model
+from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
 from skrl.utils.model_instantiators.torch import shared_model
 
@@ -76,7 +77,7 @@ def run_skrl_builtin(
     model = builtin_shared_model(env, work, torch_device)
     models = {"policy": model, "value": model}
     # the product's own config -> PPO_CFG mapping, so this row's hyperparameters equal the omni-sfp rows'
-    agent_cfg = ppo_cfg(cfg, env, torch_device, run_dir=None)
+    agent_cfg = ppo_cfg(cfg, env, torch_device, run_dir=None, scaler=RunningStandardScaler)
     agent = TimedPPO(
         models=models,
         memory=RandomMemory(memory_size=work.horizon, num_envs=env.num_envs, device=torch_device),
