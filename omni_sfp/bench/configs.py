@@ -102,18 +102,18 @@ PRESETS: dict[str, tuple[Work, int]] = {
         ),
         3,
     ),
-    # The default training run (python -m omni_sfp.train: Cartpole, [256, 128, 64], 512 envs, 8 x 4 minibatches)
-    # on the same embedded Cartpole for every row: bound by per-step host work, not arithmetic. The table adds
-    # rollout SPS and learning seconds per update; its default rows are the omni-sfp / rl_games pair.
+    # The default training run (python -m omni_sfp.train: Cartpole, [256, 128, 64], 512 envs, horizon 64, 4 x 4
+    # minibatches) on the same embedded Cartpole for every row: bound by per-step host work, not arithmetic. The
+    # table adds rollout SPS and learning seconds per update; its default rows are the omni-sfp / rl_games pair.
     "cartpole": (
         Work(
             units=(256, 128, 64),
             num_envs=512,
-            horizon=16,
-            updates=8,
-            warmup_updates=2,
-            epochs=8,
-            minibatch_size=2048,
+            horizon=64,
+            updates=4,
+            warmup_updates=1,
+            epochs=4,
+            minibatch_size=8192,
             episode_length=500,
             task="Cartpole",
         ),
