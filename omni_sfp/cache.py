@@ -314,7 +314,8 @@ class SingleForwardPass(nn.Module):
         if _has_global_hooks():
             return None
         objects: list = []
-        state: list = []
+        state: list = []  # flat: a module's training flag, then each tensor's pointer, version, requires_grad
+        keep, note = objects.append, state.append  # (two calls a rollout step: the walk is written for speed)
         stack = [self.trunk]
         while stack:
             module = stack.pop()
@@ -325,14 +326,17 @@ class SingleForwardPass(nn.Module):
                 or module._backward_pre_hooks
             ):
                 return None
-            objects.append(module)
-            state.append(module.training)
+            keep(module)
+            note(module.training)
             for tensors in (module._parameters, module._buffers):
                 for tensor in tensors.values():
                     if tensor is not None:
-                        objects.append(tensor)
-                        state.append((tensor.data_ptr(), _tensor_version(tensor), tensor.requires_grad))
-            stack.extend(child for child in module._modules.values() if child is not None)
+                        keep(tensor)
+                        note(tensor.data_ptr())
+                        note(None if tensor.is_inference() else tensor._version)
+                        note(tensor.requires_grad)
+            if module._modules:
+                stack.extend(child for child in module._modules.values() if child is not None)
         return objects, tuple(state)
 
     @staticmethod
