@@ -110,3 +110,30 @@ def test_init_torch_is_nn_linears_default_and_orthogonal_is_orthogonal(cls):
     assert torch.equal(first.weight, plain[0].weight) and not first.bias.any()
     with pytest.raises(ValueError, match="init='xavier'"):
         cls(BOX_OBS, BOX_ACT, "cpu", init="xavier")
+
+
+def test_elu_without_autograd_is_within_its_bound_of_torchs_and_exact_with_autograd():
+    import math
+
+    import torch.nn.functional as F
+
+    from omni_sfp.models import ELU
+
+    elu = ELU()
+    grid = torch.cat([torch.linspace(-40.0, 5.0, 1_000_001), -torch.logspace(-38, 1, 10_001)])
+    special = torch.tensor([math.nan, -math.inf, math.inf, 0.0, -0.0, -1e-45, 7.5])
+    with torch.no_grad():
+        fast, exact = elu(grid), F.elu(grid)
+        assert not torch.equal(fast, exact)  # the fast path ran
+        assert (fast - exact).abs().max() <= 2**-23  # the bound the docstring derives
+        assert torch.equal(elu(grid.clamp(min=0)), grid.clamp(min=0))  # positives pass through exactly
+        got = elu(special)
+        assert torch.isnan(got[0]) and torch.allclose(got[1:], F.elu(special[1:]), rtol=0, atol=2**-23)  # -1, inf, ...
+    leaf = grid[:1000].clone().requires_grad_()
+    out = elu(leaf)
+    assert torch.equal(out, F.elu(leaf))  # autograd recording: torch's ELU, its own backward
+    out.sum().backward()
+    assert torch.equal(leaf.grad, torch.autograd.grad(F.elu(leaf).sum(), leaf)[0])
+    with torch.no_grad():
+        assert torch.equal(ELU(alpha=0.5)(grid), F.elu(grid, alpha=0.5))
+        assert torch.equal(elu(grid.double()), F.elu(grid.double()))
