@@ -430,8 +430,9 @@ def _graph_freed(node, limit: int = 64) -> bool:
         seen.add(id(node))
         for name in dir(node):
             if name.startswith("_raw_saved_"):  # a saved tensor (scalars saved as _saved_* are never freed)
-                try:
-                    getattr(node, "_saved_" + name[len("_raw_saved_") :])
+                field = name[len("_raw_saved_") :]
+                try:  # built-in nodes read it as _saved_<field>, custom autograd.Function nodes as saved_tensors
+                    getattr(node, "_saved_" + field) if hasattr(type(node), "_saved_" + field) else node.saved_tensors
                 except RuntimeError:
                     return True
                 return False  # a saved tensor is still readable: the graph is retained

@@ -112,7 +112,7 @@ def test_init_torch_is_nn_linears_default_and_orthogonal_is_orthogonal(cls):
         cls(BOX_OBS, BOX_ACT, "cpu", init="xavier")
 
 
-def test_elu_without_autograd_is_within_its_bound_of_torchs_and_exact_with_autograd():
+def test_elu_is_within_its_bound_of_torchs_with_and_without_autograd():
     import math
 
     import torch.nn.functional as F
@@ -129,11 +129,18 @@ def test_elu_without_autograd_is_within_its_bound_of_torchs_and_exact_with_autog
         assert torch.equal(elu(grid.clamp(min=0)), grid.clamp(min=0))  # positives pass through exactly
         got = elu(special)
         assert torch.isnan(got[0]) and torch.allclose(got[1:], F.elu(special[1:]), rtol=0, atol=2**-23)  # -1, inf, ...
-    leaf = grid[:1000].clone().requires_grad_()
+    # with autograd: the same forward, and torch's ELU backward from the output (dy/dx = y + 1 for x <= 0)
+    leaf = grid.clone().requires_grad_()
     out = elu(leaf)
-    assert torch.equal(out, F.elu(leaf))  # autograd recording: torch's ELU, its own backward
-    out.sum().backward()
-    assert torch.equal(leaf.grad, torch.autograd.grad(F.elu(leaf).sum(), leaf)[0])
-    with torch.no_grad():
+    assert torch.equal(out.detach(), fast)
+    upstream = torch.linspace(-2.0, 2.0, grid.numel())
+    (out * upstream).sum().backward()
+    expected = torch.autograd.grad((F.elu(leaf) * upstream).sum(), leaf)[0]
+    assert (leaf.grad - expected).abs().max() <= 2 * 2**-23  # |upstream| <= 2 times the forward's bound
+    from torch.func import grad
+
+    assert torch.equal(grad(lambda x: (elu(x) * upstream).sum())(grid), leaf.grad)  # torch.func transforms too
+    with torch.no_grad():  # torch's ELU elsewhere: another alpha or dtype, and in TorchScript (the export)
         assert torch.equal(ELU(alpha=0.5)(grid), F.elu(grid, alpha=0.5))
         assert torch.equal(elu(grid.double()), F.elu(grid.double()))
+        assert torch.equal(torch.jit.script(ELU())(grid), exact)

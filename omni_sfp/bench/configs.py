@@ -260,11 +260,13 @@ UNALIGNED: dict[str, list[str]] = {
     "omni": [
         "with bootstrap on, omni-sfp evaluates V(next obs) on every step, served to the next step's policy and "
         "value calls by the keyed cache (a miss there is a full forward: the double-pass row pays it)",
+        "on CPU in float32, its ELU without autograd (rollout, last values) is max(x, exp(min(x, 0)) - 1), within "
+        "2**-23 of torch's and 38% faster (omni_sfp/models.py ELU); rl_games and skrl use torch's nn.ELU",
     ],
     "floor": [
         "only the network's work: the rollout's inference forwards (horizon + 1 per update), then epochs x "
         "minibatches of forward, backward and a fused Adam step on contiguous slices; no normalisation, GAE, "
-        "clipping or GradScaler",
+        "clipping or GradScaler; omni-sfp's trunk (its ELU included)",
     ],
     "ceiling": [
         "the floor's matrix products alone, as bare torch.mm on contiguous operands, each shape at the fastest of "
