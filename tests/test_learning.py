@@ -2,8 +2,8 @@
 learning regression fails CI. The full check, 10 seeds per task and the peers' rows, is ``python -m
 omni_sfp.bench --quality`` (docs/benchmarks.md, "Learning quality").
 
-On 2026-12-03 (AMD EPYC, one thread per run) the defaults gave Cartpole 495.5-499.3 over seeds 0-9 (solved is
-475) and LQR60x8 1.107-1.151x the Riccati optimum's cost (solved is 1.25x). Which seed ends where depends on
+On 2026-12-03 (AMD EPYC, one thread per run) the defaults gave Cartpole 490.1-499.4 over seeds 0-19 (solved is
+475) and LQR60x8 1.103-1.161x the Riccati optimum's cost over seeds 0-9 (solved is 1.25x). Which seed ends where depends on
 the CPU's floating-point summation order, so the thresholds here are the regressions, not the levels: Cartpole
 below 450 (an untrained policy gets ~20) and LQR60x8 above 1.25x (an untrained one costs several times the
 optimum) fail.
