@@ -66,7 +66,9 @@ def rounding_bound(module: DeployedPolicy, observations: torch.Tensor) -> torch.
             h = h @ weight.T + bias
         else:
             h_next = layer.double()(h)
-            lipschitz = next(bound for kind, bound in LIPSCHITZ.items() if isinstance(layer, kind))  # omni_sfp's ELU too
+            lipschitz = next(
+                bound for kind, bound in LIPSCHITZ.items() if isinstance(layer, kind)
+            )  # omni_sfp's ELU too
             error = lipschitz * error + 2 * 4 * U * (h_next.abs() + 1.0)
             h = h_next
     return error.float()
