@@ -262,11 +262,13 @@ UNALIGNED: dict[str, list[str]] = {
         "value calls by the keyed cache (a miss there is a full forward: the double-pass row pays it)",
         "on CPU in float32, its ELU without autograd (rollout, last values) is max(x, exp(min(x, 0)) - 1), within "
         "2**-23 of torch's and 38% faster (omni_sfp/models.py ELU); rl_games and skrl use torch's nn.ELU",
+        "on CPU its process keeps freed memory (glibc mallopt, omni_sfp/device.py keep_freed_memory): no page "
+        "faults for every minibatch's activations; rl_games and skrl run with glibc's defaults",
     ],
     "floor": [
         "only the network's work: the rollout's inference forwards (horizon + 1 per update), then epochs x "
         "minibatches of forward, backward and a fused Adam step on contiguous slices; no normalisation, GAE, "
-        "clipping or GradScaler; omni-sfp's trunk (its ELU included)",
+        "clipping or GradScaler; omni-sfp's trunk (its ELU included) and its allocator settings",
     ],
     "ceiling": [
         "the floor's matrix products alone, as bare torch.mm on contiguous operands, each shape at the fastest of "

@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from omni_sfp.bench.configs import Row, Work
 from omni_sfp.config import load_config
-from omni_sfp.device import resolve_device
+from omni_sfp.device import keep_freed_memory, resolve_device
 from omni_sfp.loop import Learner
 from omni_sfp.runner import build_agent, build_models
 
@@ -59,6 +59,7 @@ def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Ca
     """Train ``work.total_updates`` updates with omni-sfp on ``env``; ``on_update`` after each."""
     cfg = omni_config(work, row, device=device, seed=seed)
     torch_device = resolve_device(cfg.device)
+    keep_freed_memory(torch_device)  # as the Runner does
     models = build_models(cfg, env, torch_device)
     agent = build_agent(cfg, env, models, torch_device, run_dir=None)
     Learner(env, agent, iterations=work.total_updates, log=lambda progress, losses: on_update()).learn()
