@@ -374,7 +374,6 @@ class SFPPPO(PPO):
         self._episodes.record(rewards, terminated | truncated)
         if not self.training:
             return
-
         self._current_next_observations = next_observations
         self._current_next_states = next_states
         if self.cfg.rewards_shaper is not None:

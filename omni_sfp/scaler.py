@@ -21,23 +21,18 @@ class StandardScaler(RunningStandardScaler):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._derived: tuple | None = None  # (source key, mean, std, std + epsilon)
+        self._derived: tuple | None = None  # (mean, variance, their pointers and versions, mean32, std, std + eps)
 
     def _statistics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         mean, variance = self.running_mean, self.running_variance
-        versions = tuple(None if t.is_inference() else t._version for t in (mean, variance))  # None: untracked
-        key = (mean, variance, mean.data_ptr(), variance.data_ptr(), versions)
+        # None for an inference tensor, which has no version counter: then nothing is kept
+        state = tuple((t.data_ptr(), None if t.is_inference() else t._version) for t in (mean, variance))
         derived = self._derived
-        if (
-            derived is None
-            or None in versions
-            or derived[0][0] is not mean
-            or derived[0][1] is not variance
-            or derived[0][2:] != key[2:]
-        ):
+        if derived is None or derived[0] is not mean or derived[1] is not variance or derived[2] != state:
             std = torch.sqrt(variance.float())
-            derived = self._derived = (key, mean.float(), std, std + self.epsilon)
-        return derived[1:]
+            derived = (mean, variance, state, mean.float(), std, std + self.epsilon)
+            self._derived = None if any(version is None for _, version in state) else derived
+        return derived[3:]
 
     def _compute(self, x: torch.Tensor, *, train: bool = False, inverse: bool = False) -> torch.Tensor:
         if train:
