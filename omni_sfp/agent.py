@@ -274,6 +274,12 @@ class SFPPPO(PPO):
         return total
 
     @property
+    def shares_trunk(self) -> bool:
+        """Whether a cache serves a role's trunk call from the other's (False: separate networks, roles on
+        different inputs, or the double-pass baseline)."""
+        return any(cache.cache_check != "off" for cache in self._caches)
+
+    @property
     def sfp_share_rate(self) -> float:
         """Cache hits per shareable trunk call (1.0: every call that could be served was served)."""
         return self.sfp_stats.hits / self.shareable_calls if self.shareable_calls else 0.0
@@ -634,14 +640,17 @@ class SFPPPO(PPO):
 
         self.enable_models_training_mode(False)
         self.clear_caches()
-        std = self.policy.distribution(role="policy").stddev.mean()
+        distribution = self.policy.distribution(role="policy")
+        gaussian = isinstance(distribution, torch.distributions.Normal)  # a Categorical's stddev is NaN
+        std = distribution.stddev.mean() if gaussian else torch.zeros((), device=self.device)
         policy_loss, value_loss, entropy_loss, kl, std = torch.cat(
             [totals / max(steps, 1), (kl_sum / max(steps, 1)).double().reshape(1), std.double().reshape(1)]
         ).tolist()
         losses = {"policy_loss": policy_loss, "value_loss": value_loss}
         if cfg.entropy_loss_scale:
             losses["entropy_loss"] = entropy_loss
-        losses.update(kl=kl, std=std, learning_rate=self.optimizer.param_groups[0]["lr"], minibatches=steps)
+        losses.update(kl=kl, **({"std": std} if gaussian else {}))
+        losses.update(learning_rate=self.optimizer.param_groups[0]["lr"], minibatches=steps)
         return losses
 
     def _clip_and_step(self) -> None:

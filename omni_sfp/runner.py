@@ -8,6 +8,7 @@ evaluation in :mod:`omni_sfp.evaluation` and the learning curve in :mod:`omni_sf
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 from omni_sfp import checkpoint as ckpt
-from omni_sfp import distributed, video
+from omni_sfp import distributed, network, video
 from omni_sfp.agent import SFPPPO
 from omni_sfp.compile_policy import AutoCompile, compile_trunk
 from omni_sfp.config import max_iterations, num_envs
@@ -32,6 +33,7 @@ from omni_sfp.plots import run_curve
 from omni_sfp.progress import ProgressOutput, Summary
 from omni_sfp.registry import make_env
 from omni_sfp.run_folder import Checkpoints, check_resumable, forget_after, make_run_dir
+from omni_sfp.schema import AUTO
 
 
 def rewards_scaler(scale: float) -> Callable:
@@ -41,8 +43,44 @@ def rewards_scaler(scale: float) -> Callable:
     return shape
 
 
+def network_spec(cfg: DictConfig, env) -> network.NetworkSpec | None:
+    """The spec the task trains with: ``train.models.network`` (the registered network, or the user's), else our
+    default for the task's spaces; None for a flat ``Box`` in and out, which trains with the tuned MLP models.
+
+    :raises network.NetworkSpecError: a spec that does not fit, or a space no default covers (one line).
+    """
+    m = cfg.train.models
+    if m.network is not None:
+        models = OmegaConf.to_container(m.network, resolve=True)
+    else:
+        models = network.default_spec(
+            env.observation_space,
+            env.action_space,
+            units=list(m.units),
+            activation=m.activation,
+            separate=m.separate,
+            initial_log_std=m.initial_log_std,
+            task=cfg.task.name,
+        )
+        if models is None:
+            return None
+    return dataclasses.replace(network.parse(models), separate=bool(m.separate))  # one key decides: models.separate
+
+
 def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     m = cfg.train.models
+    spec = network_spec(cfg, env)
+    if spec is not None:
+        return network.build_models(
+            spec,
+            env.observation_space,
+            env.action_space,
+            device,
+            state_space=getattr(env, "state_space", None),
+            init=m.init,
+            single_forward_pass=cfg.train.sfp.enabled,
+            cache_check=cfg.train.sfp.cache_check,
+        )
     units = list(m.units)
     if m.separate:
         kwargs = {"units": units, "activation": m.activation, "init": m.init}
@@ -70,6 +108,14 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     return models
 
 
+def observation_normalization(cfg: DictConfig, env) -> bool:
+    """``train.ppo.observation_normalization``, with ``auto`` resolved: on, except for image observations."""
+    value = cfg.train.ppo.observation_normalization
+    if value == AUTO:
+        return network.image_layout(env.observation_space) is None
+    return bool(value)
+
+
 def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *, scaler: type | None = None):
     """skrl's ``PPO_CFG`` for a validated config (also used by the benchmark's plain-skrl rows, which pass
     skrl's own ``RunningStandardScaler`` as ``scaler``)."""
@@ -78,6 +124,8 @@ def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *,
     p = cfg.train.ppo
     if scaler is None:  # skrl's RunningStandardScaler, cheaper to apply; pooled over the ranks when distributed
         scaler = distributed.scaler_class()
+    normalise = observation_normalization(cfg, env)
+    state_space = getattr(env, "state_space", None)
     agent_cfg = PPO_CFG(
         rollouts=p.rollouts,
         learning_epochs=p.learning_epochs,
@@ -89,8 +137,10 @@ def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *,
         learning_rate_scheduler_kwargs={"kl_threshold": p.desired_kl, "max_lr": p.max_learning_rate}
         if p.learning_rate_schedule == "kl_adaptive"
         else {},
-        observation_preprocessor=scaler if p.observation_normalization else None,
+        observation_preprocessor=scaler if normalise else None,
         observation_preprocessor_kwargs={"size": env.observation_space, "device": device},
+        state_preprocessor=scaler if normalise and state_space is not None else None,
+        state_preprocessor_kwargs={"size": state_space, "device": device} if state_space is not None else {},
         value_preprocessor=scaler if p.value_normalization else None,
         value_preprocessor_kwargs={"size": 1, "device": device},
         grad_norm_clip=p.grad_norm_clip,
@@ -120,6 +170,7 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
         models=models,
         memory=memory,
         observation_space=env.observation_space,
+        state_space=getattr(env, "state_space", None),
         action_space=env.action_space,
         device=device,
         cfg=ppo_cfg(cfg, env, device, run_dir),
@@ -179,12 +230,15 @@ class Runner:
         self.videos: list[Path] = []
         self.exported: ExportedPolicy | None = None
         self.models = build_models(cfg, self.env, self.device)
+        if self.rank == 0:
+            print(f"[omni_sfp] network: {network.describe(self.models)}", flush=True)
         self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)
         self.learner = Learner(self.env, self.agent, iterations=max_iterations(cfg), log=self._log)
         self.checkpoints = Checkpoints(cfg, self.learner, self.run_dir)  # reads the learner's position
         self.learner.checkpoint = self.checkpoints.after_iteration
         self.auto_compile: AutoCompile | None = None  # train.models.compile=auto: decides after 2 eager iterations
-        if cfg.train.models.compile == "auto" and not cfg.test:
+        compilable = all(isinstance(m, SharedActorCritic | GaussianActor | ValueCritic) for m in self.models.values())
+        if cfg.train.models.compile == "auto" and not cfg.test and compilable:  # spec-built networks run eager
             self.auto_compile = AutoCompile(
                 self.models,
                 iterations=self.learner.iterations,
@@ -218,11 +272,7 @@ class Runner:
 
     @property
     def _cache_in_use(self) -> bool:
-        return (
-            not self.cfg.train.models.separate
-            and self.cfg.train.sfp.enabled
-            and self.cfg.train.sfp.cache_check != "off"
-        )
+        return self.agent.shares_trunk
 
     # -- train / test -------------------------------------------------------------------------------------------
     def train(self) -> Summary:

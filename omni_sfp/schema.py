@@ -57,7 +57,8 @@ def parse_device(text: str) -> tuple[str, int | None]:
 
 
 AUTO = "auto"  # the one string a "bool_auto" setting takes besides true and false
-KINDS = ("bool", "bool_auto", "int", "float", "str", "ints")  # "bool_auto": true, false or "auto"
+# "bool_auto": true, false or "auto"; "mapping": a nested config (a network spec), checked by its own parser
+KINDS = ("bool", "bool_auto", "int", "float", "str", "ints", "mapping")
 _TYPE_NAMES = {
     "bool": "bool",
     "bool_auto": "true, false or auto",
@@ -65,6 +66,7 @@ _TYPE_NAMES = {
     "float": "float",
     "str": "str",
     "ints": "list",
+    "mapping": "mapping",
 }
 
 
@@ -102,6 +104,8 @@ class Setting:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         elif self.kind == "str":
             ok = isinstance(value, str)
+        elif self.kind == "mapping":
+            ok = hasattr(value, "keys") and hasattr(value, "items")  # a dict or an OmegaConf DictConfig
         else:
             ok = isinstance(value, (list, tuple))
         return None if ok else f"expected {_TYPE_NAMES[self.kind]}{' or null' if self.nullable else ''}"
@@ -142,6 +146,8 @@ class Setting:
             return f"true, false or {AUTO}"
         if self.kind == "ints":
             return "a non-empty list of integers >= 1"
+        if self.kind == "mapping":
+            return "a mapping"
         if self.choices is not None:
             return f"one of {', '.join(self.choices)}"
         if self.grammar is not None:
@@ -301,6 +307,16 @@ TRAIN: tuple[Setting, ...] = (
     ),
     _s("train.models.initial_log_std", "float", 0.0, "initial log standard deviation of the Gaussian policy"),
     _s(
+        "train.models.network",
+        "mapping",
+        None,
+        "the network in skrl's YAML model format (policy/value: class, network containers, output; "
+        "omni_sfp/network.py); null: from the task's space (an MLP of units on a flat Box, a small CNN then the MLP "
+        "on images, a Categorical / MultiCategorical policy for Discrete / MultiDiscrete actions). Isaac Lab and "
+        "OmniIsaacGymEnvs tasks set it from the network their library registered, unless it is a plain MLP",
+        nullable=True,
+    ),
+    _s(
         "train.models.compile",
         "bool_auto",
         AUTO,
@@ -383,9 +399,10 @@ TRAIN: tuple[Setting, ...] = (
     ),
     _s(
         "train.ppo.observation_normalization",
-        "bool",
-        True,
-        "running mean/std of observations (skrl RunningStandardScaler)",
+        "bool_auto",
+        AUTO,
+        "running mean/std of observations and of a critic's states (skrl RunningStandardScaler); auto: on, "
+        "except for image observations (pixels are in scale already; Isaac Lab's camera configs set none)",
     ),
     _s("train.ppo.value_normalization", "bool", True, "running mean/std of values and returns"),
     _s(

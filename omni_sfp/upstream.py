@@ -39,8 +39,13 @@ class Setting:
     value: Any
     source: str  # where it came from, e.g. "AntPPO.yaml: params.config.horizon_length"
 
+    @property
+    def shown(self) -> str:
+        """The value as printed: a network spec (a mapping) is summarised in the source instead."""
+        return "{...}" if isinstance(self.value, Mapping) else repr(self.value)
+
     def line(self) -> str:
-        return f"{self.key}={self.value!r}  <- {self.source}"
+        return f"{self.key}={self.shown}  <- {self.source}"
 
 
 class UpstreamError(ValueError):
@@ -79,12 +84,44 @@ def apply(cfg: DictConfig, overrides: list[str], *, echo: bool = True) -> list[S
     with open_dict(cfg):
         for setting in taken:
             OmegaConf.update(cfg, setting.key, setting.value, merge=False)
-        cfg.task.upstream = {s.key: f"{s.value!r} <- {s.source}" for s in taken}
+        cfg.task.upstream = {s.key: f"{s.shown} <- {s.source}" for s in taken}
     if echo and taken:
         print(f"[omni_sfp] {cfg.task.name}: {len(taken)} upstream settings (command-line overrides win):", flush=True)
         for setting in taken:
             print(f"[omni_sfp]   {setting.line()}", flush=True)
     return taken
+
+
+def _network_settings(models: Mapping[str, Any], source: str) -> list[Setting]:
+    """A registered network (skrl's YAML model format) on omni_sfp's keys: a plain MLP as ``train.models.units``
+    and ``activation`` (the tuned MLP models train it), anything else whole as ``train.models.network``.
+
+    :raises UpstreamError: a network omni_sfp does not build (one line naming the file and the part).
+    """
+    from omni_sfp import network
+
+    models = _plain(models)
+    try:
+        spec = network.parse(models, source=source)
+    except network.NetworkSpecError as error:
+        raise UpstreamError(str(error)) from None
+    plain = network.plain_mlp(spec)
+    if plain is None or plain[1] not in ACTIVATIONS:
+        return [Setting("train.models.network", models, f"{source}.policy/value: {network.summary(spec)}")]
+    units, activation = plain
+    return [
+        Setting("train.models.units", units, f"{source}.policy.network[0].layers"),
+        Setting("train.models.activation", activation, f"{source}.policy.network[0].activations"),
+    ]
+
+
+def _plain(value: Any) -> Any:
+    """An OmegaConf or YAML value as plain dicts and lists (what the config stores and the run folder writes)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 # -- Isaac Lab: skrl Runner YAML ------------------------------------------------------------------------------
@@ -122,14 +159,9 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
         take("train.models.separate", bool(models["separate"]), "models.separate")
     policy = models.get("policy", {}) or {}
     network = (policy.get("network") or [{}])[0]
-    if network.get("layers"):
-        take("train.models.units", [int(u) for u in network["layers"]], "models.policy.network[0].layers")
-    activation = network.get("activations")
-    if isinstance(activation, list | tuple) and len(set(activation)) == 1:
-        activation = activation[0]
-    if isinstance(activation, str) and activation in ACTIVATIONS:
-        take("train.models.activation", activation, "models.policy.network[0].activations")
-    if "initial_log_std" in policy:
+    if policy.get("network"):
+        out += _network_settings({"policy": policy, "value": models.get("value") or {}}, f"{source}: models")
+    if "initial_log_std" in policy and not any(s.key == "train.models.network" for s in out):
         take("train.models.initial_log_std", float(policy["initial_log_std"]), "models.policy.initial_log_std")
     take("train.ppo.bounds_loss_scale", 0.0, "agent.class PPO (skrl's PPO has no bound loss)")
     if network:  # skrl's model instantiators build nn.Linear layers and keep their default init
@@ -206,6 +238,26 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
 # -- OmniIsaacGymEnvs: rl_games YAML ---------------------------------------------------------------------------
 
 
+def _rlgames_network(
+    network_block: Mapping[str, Any], central: Mapping[str, Any] | None, train_file: str
+) -> list[Setting]:
+    """rl_games' ``cnn``, discrete spaces and ``central_value_config`` (a critic on ``states``) as
+    ``train.models.network``; a recurrent network is refused in one line."""
+    from omni_sfp import network
+
+    critic = (central or {}).get("network")
+    try:
+        models = network.from_rlgames(_plain(network_block), central_value=_plain(critic) if critic else None)
+        spec = network.parse(models, source=f"{train_file}: params.network")
+    except network.NetworkSpecError as error:
+        raise UpstreamError(f"{train_file}: {error}") from None
+    source = f"{train_file}: params.network" + (" + params.config.central_value_config.network" if critic else "")
+    if central:  # rl_games trains the central value with its own optimizer; omni_sfp's one optimizer trains both
+        own = sorted(k for k in central if k not in ("network", "normalize_input"))
+        source += f" (its own {', '.join(own)} are not mapped: one optimizer trains both roles)" if own else ""
+    return [Setting("train.models.network", models, f"{source}: {network.summary(spec)}")]
+
+
 def rlgames_settings(
     train: Mapping[str, Any], task: Mapping[str, Any], train_file: str, task_file: str, *, num_envs: int | None = None
 ) -> list[Setting]:
@@ -224,10 +276,15 @@ def rlgames_settings(
     if "separate" in network:
         take("train.models.separate", bool(network["separate"]), f"{train_file}: params.network.separate")
     mlp = network.get("mlp", {}) or {}
-    if mlp.get("units"):
-        take("train.models.units", [int(u) for u in mlp["units"]], f"{train_file}: params.network.mlp.units")
-    if mlp.get("activation") in ACTIVATIONS:
-        take("train.models.activation", mlp["activation"], f"{train_file}: params.network.mlp.activation")
+    space = network.get("space", {}) or {}
+    central = config.get("central_value_config")
+    if network.get("cnn") or network.get("rnn") or "continuous" not in space or central:
+        out += _rlgames_network(network, central, train_file)
+    else:
+        if mlp.get("units"):
+            take("train.models.units", [int(u) for u in mlp["units"]], f"{train_file}: params.network.mlp.units")
+        if mlp.get("activation") in ACTIVATIONS:
+            take("train.models.activation", mlp["activation"], f"{train_file}: params.network.mlp.activation")
     if ((mlp.get("initializer") or {}).get("name")) == "default":  # rl_games keeps the weights, zeroes the biases
         take("train.models.init", "torch_zero_bias", f"{train_file}: params.network.mlp.initializer.name")
     sigma = ((network.get("space", {}) or {}).get("continuous", {}) or {}).get("sigma_init", {}) or {}

@@ -1,0 +1,952 @@
+"""Models from a network spec: the network a task's library registered, built once for every source.
+
+One spec format, skrl's YAML model format (the one Isaac Lab registers under ``skrl_cfg_entry_point``)::
+
+    separate: false
+    policy: {class: GaussianMixin | CategoricalMixin | MultiCategoricalMixin, network: [...], output: ACTIONS}
+    value:  {class: DeterministicMixin, network: [...], output: ONE}
+
+where each ``network`` entry is a container ``{name, input, layers, activations}``. :func:`from_rlgames` writes
+rl_games' ``network`` block (OmniIsaacGymEnvs) in it, and :func:`default_spec` our defaults for a Gymnasium id,
+chosen by space. :func:`build_models` builds skrl models from a spec with skrl's mixins.
+
+Semantics follow skrl 2.1.1's model instantiators (``skrl/utils/model_instantiators/torch/common.py``): an integer
+layer is a linear layer, ``flatten`` a flatten layer, ``{conv2d: {...}}`` a 2D convolution; the activations go
+after every layer but ``flatten`` (one name for all, or one per layer); inputs are expressions over
+``OBSERVATIONS``, ``STATES``, earlier containers, ``concatenate([...])``, ``permute(x, dims)``,
+``one_hot_encoding(SPACE, x)``, indexing (``OBSERVATIONS["camera"]``, ``OBSERVATIONS[0]``) and ``+ - * /``;
+``output`` is ``ACTIONS`` or ``ONE`` (a linear head), optionally wrapped in an activation (``tanh(ACTIONS)``).
+Expressions are parsed once into a small tree of allowed operations: nothing is executed from a string.
+
+Sharing: with ``separate: false`` the containers that both roles define identically, on the same input, form
+one trunk that runs through :class:`~omni_sfp.cache.SingleForwardPass` (skrl's shared model reuses the
+policy's containers for the value whatever the value's spec says; here a differing value network, such as a
+critic on ``STATES``, gets its own trunk, and nothing of it is counted as shareable). :func:`describe` says in
+one line what is shared.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+import torch
+from gymnasium import spaces
+from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixin, Model, MultiCategoricalMixin
+from skrl.utils.spaces.torch import unflatten_tensorized_space
+from torch import nn
+
+from omni_sfp.cache import SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
+from omni_sfp.models import ACTIVATIONS
+
+POLICY_CLASSES = ("GaussianMixin", "CategoricalMixin", "MultiCategoricalMixin")
+VALUE_CLASSES = ("DeterministicMixin",)
+SOURCES = {"OBSERVATIONS": "observations", "STATES": "states"}  # spec name -> skrl's inputs key
+_SPACES = {"OBSERVATION_SPACE": "observations", "STATE_SPACE": "states"}
+
+
+class NetworkSpecError(ValueError):
+    """A network spec cannot be built; one line naming the role, the container and what is wrong."""
+
+
+# -- the spec -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layer:
+    kind: str  # "linear", "conv2d" or "flatten"
+    options: tuple[tuple[str, Any], ...]  # keyword arguments: out_features / out_channels, kernel_size, ...
+    activation: str | None
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    input: str  # the expression as written (parsed by _Expression)
+    layers: tuple[Layer, ...]
+
+
+@dataclass(frozen=True)
+class Role:
+    cls: str  # one of POLICY_CLASSES or VALUE_CLASSES
+    network: tuple[Container, ...]
+    output: str  # "ACTIONS" or "ONE", possibly in an activation: "tanh(ACTIONS)"
+    options: tuple[tuple[str, Any], ...]  # the mixin's keywords: clip_actions, initial_log_std, ...
+
+    def option(self, key: str, default: Any) -> Any:
+        return dict(self.options).get(key, default)
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    separate: bool
+    policy: Role
+    value: Role
+
+
+_MIXIN_OPTIONS = {
+    "GaussianMixin": ("clip_actions", "clip_mean_actions", "clip_log_std", "min_log_std", "max_log_std", "reduction"),
+    "CategoricalMixin": ("unnormalized_log_prob",),
+    "MultiCategoricalMixin": ("unnormalized_log_prob", "reduction"),
+    "DeterministicMixin": ("clip_actions",),
+}
+_ROLE_KEYS = {"class", "network", "output", "initial_log_std", "fixed_log_std"}
+
+
+def parse(models: Mapping[str, Any], *, source: str = "train.models.network") -> NetworkSpec:
+    """A skrl YAML ``models`` mapping as a :class:`NetworkSpec`.
+
+    :raises NetworkSpecError: an unknown class, layer, activation or option (one line naming it).
+    """
+    if not isinstance(models, Mapping):
+        raise NetworkSpecError(f"{source}: expected a mapping with 'policy' and 'value', got {type(models).__name__}")
+    missing = [role for role in ("policy", "value") if role not in models]
+    if missing:
+        raise NetworkSpecError(f"{source}: no {' or '.join(missing)} model (omni_sfp trains PPO: policy and value)")
+    roles = {name: _parse_role(models[name], f"{source}.{name}", name) for name in ("policy", "value")}
+    return NetworkSpec(separate=bool(models.get("separate", False)), **roles)
+
+
+def _parse_role(role: Mapping[str, Any], where: str, name: str) -> Role:
+    cls = str(role.get("class", "GaussianMixin" if name == "policy" else "DeterministicMixin"))
+    allowed = POLICY_CLASSES if name == "policy" else VALUE_CLASSES
+    if cls not in allowed:
+        raise NetworkSpecError(f"{where}.class: {cls!r} is not supported for the {name}; use {', '.join(allowed)}")
+    network = role.get("network")
+    if not network:
+        raise NetworkSpecError(f"{where}.network: empty; give at least one container with input and layers")
+    containers = tuple(_parse_container(item, f"{where}.network[{i}]") for i, item in enumerate(network))
+    names = [c.name for c in containers]
+    if len(set(names)) != len(names):
+        raise NetworkSpecError(f"{where}.network: container names repeat ({', '.join(names)})")
+    output = str(role.get("output", "ACTIONS" if name == "policy" else "ONE"))
+    _output_head(output, where)  # checked now, built later
+    options = {k: v for k, v in role.items() if k in _MIXIN_OPTIONS[cls] or k in ("initial_log_std", "fixed_log_std")}
+    unknown = sorted(set(role) - _ROLE_KEYS - set(_MIXIN_OPTIONS[cls]))
+    if unknown:
+        raise NetworkSpecError(f"{where}: unknown key(s) {', '.join(unknown)} for {cls}")
+    return Role(cls, containers, output, tuple(sorted(options.items())))
+
+
+_CONV_KEYS = ("out_channels", "kernel_size", "stride", "padding", "bias")
+_CONV_ALIASES = {"features": "out_channels", "strides": "stride", "use_bias": "bias"}
+
+
+def _parse_container(item: Mapping[str, Any], where: str) -> Container:
+    if not isinstance(item, Mapping) or "name" not in item or "input" not in item:
+        raise NetworkSpecError(f"{where}: a container needs 'name', 'input' and 'layers'")
+    layers = list(item.get("layers") or [])
+    activations = item.get("activations", [])
+    if isinstance(activations, str) or activations is None:
+        activations = [activations] * len(layers)
+    activations = list(activations)
+    if len(activations) == 1:
+        activations = activations * len(layers)
+    if not activations:
+        activations = [None] * len(layers)
+    if len(activations) != len(layers):
+        raise NetworkSpecError(f"{where}: {len(activations)} activations for {len(layers)} layers")
+    parsed = []
+    for layer, activation in zip(layers, activations):
+        parsed.append(_parse_layer(layer, activation, where))
+    name = str(item["name"])
+    if name in SOURCES or name in _SPACES or not name.isidentifier():
+        raise NetworkSpecError(f"{where}: {name!r} cannot name a container")
+    _Expression(str(item["input"]), where)  # syntax checked now
+    return Container(name, str(item["input"]), tuple(parsed))
+
+
+def _parse_layer(layer: Any, activation: Any, where: str) -> Layer:
+    if activation is not None and activation != "" and str(activation).lower() not in ACTIVATION_MODULES:
+        raise NetworkSpecError(f"{where}: activation {activation!r} is not one of {', '.join(ACTIVATION_MODULES)}")
+    activation = str(activation).lower() if activation else None
+    if isinstance(layer, bool):
+        raise NetworkSpecError(f"{where}: layer {layer!r} is not a layer")
+    if isinstance(layer, int | float):
+        return Layer("linear", (("out_features", int(layer)),), activation)
+    if isinstance(layer, str):
+        if layer.lower() != "flatten":
+            raise NetworkSpecError(f"{where}: layer {layer!r}; the one layer named by a string is 'flatten'")
+        return Layer("flatten", (), None)
+    if not isinstance(layer, Mapping) or len(layer) != 1:
+        raise NetworkSpecError(f"{where}: layer {layer!r} is not an integer, 'flatten' or {{kind: options}}")
+    kind, options = next(iter(layer.items()))
+    kind = str(kind).lower()
+    if kind == "linear":
+        if isinstance(options, int | float):
+            options = {"out_features": int(options)}
+        elif isinstance(options, Sequence):
+            options = dict(zip(("out_features", "bias"), options))
+        elif isinstance(options, Mapping):
+            options = {{"features": "out_features", "use_bias": "bias"}.get(k, k): v for k, v in options.items()}
+        unknown = sorted(set(options) - {"out_features", "bias", "in_features"})
+        if unknown or "out_features" not in options:
+            raise NetworkSpecError(f"{where}: linear layer {dict(options)!r} needs out_features (and maybe bias)")
+        options.pop("in_features", None)  # inferred from the input, as skrl's LazyLinear does
+        return Layer("linear", tuple(sorted(options.items())), activation)
+    if kind == "conv2d":
+        if isinstance(options, Sequence) and not isinstance(options, str):
+            options = dict(zip(_CONV_KEYS, options))
+        elif isinstance(options, Mapping):
+            options = {_CONV_ALIASES.get(k, k): v for k, v in options.items()}
+        else:
+            raise NetworkSpecError(f"{where}: conv2d layer {options!r} is not a list or a mapping")
+        options.pop("in_channels", None)
+        unknown = sorted(set(options) - set(_CONV_KEYS))
+        if unknown or "out_channels" not in options or "kernel_size" not in options:
+            raise NetworkSpecError(f"{where}: conv2d layer {dict(options)!r} needs out_channels and kernel_size")
+        options = {k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items()}
+        return Layer("conv2d", tuple(sorted(options.items())), activation)
+    if kind == "flatten":
+        options = dict(zip(("start_dim", "end_dim"), options)) if isinstance(options, Sequence) else dict(options or {})
+        return Layer("flatten", tuple(sorted(options.items())), None)
+    raise NetworkSpecError(f"{where}: layer kind {kind!r} is not one of linear, conv2d, flatten")
+
+
+def plain_mlp(spec: NetworkSpec) -> tuple[list[int], str] | None:
+    """``(units, activation)`` when ``spec`` is what :class:`~omni_sfp.models.SharedActorCritic` builds: one MLP
+    container on ``OBSERVATIONS`` per role, the same for both, a Gaussian policy with skrl's default options and
+    linear heads. Such a spec trains with the tuned MLP models (and their benchmarks); None otherwise."""
+    for role in (spec.policy, spec.value):
+        if len(role.network) != 1 or role.network[0].input.strip() != "OBSERVATIONS":
+            return None
+        if role.output not in ("ACTIONS", "ONE"):
+            return None
+    if spec.policy.cls != "GaussianMixin" or spec.policy.network[0].layers != spec.value.network[0].layers:
+        return None
+    if {k for k, _ in spec.policy.options} - {"initial_log_std", "clip_actions", "clip_log_std"}:
+        return None
+    if spec.policy.option("clip_actions", False) or spec.policy.option("fixed_log_std", False):
+        return None
+    layers = spec.policy.network[0].layers
+    activations = {layer.activation for layer in layers}
+    if not layers or any(
+        layer.kind != "linear" or dict(layer.options).get("bias", True) is not True for layer in layers
+    ):
+        return None
+    if len(activations) != 1 or None in activations:
+        return None
+    return [int(dict(layer.options)["out_features"]) for layer in layers], activations.pop()
+
+
+def summary(spec: NetworkSpec) -> str:
+    """The spec in one line, e.g. ``policy GaussianMixin, value DeterministicMixin: features_extractor
+    [conv2d 32/8/4, ..., flatten] -> net [512] on OBSERVATIONS``."""
+
+    def layer(item: Layer) -> str:
+        options = dict(item.options)
+        if item.kind == "linear":
+            return str(options["out_features"])
+        if item.kind == "conv2d":
+            return f"conv2d {options['out_channels']}/{options['kernel_size']}/{options.get('stride', 1)}"
+        return "flatten"
+
+    def network(role: Role) -> str:
+        return " -> ".join(f"{c.name}({c.input.strip()}) [{', '.join(map(layer, c.layers))}]" for c in role.network)
+
+    head = f"policy {spec.policy.cls}: {network(spec.policy)}"
+    value = "the same network" if spec.value.network == spec.policy.network else network(spec.value)
+    return f"{head}; value {spec.value.cls}: {value}"
+
+
+# -- other sources written as a spec -------------------------------------------------------------------------
+
+
+def _skrl_activation(name: Any) -> str | None:
+    return None if name in (None, "", "None", "none") else str(name)
+
+
+def from_rlgames(network: Mapping[str, Any], *, central_value: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """rl_games' ``params.network`` block (``mlp``, ``cnn`` with ``convs``, ``space.continuous`` /
+    ``discrete`` / ``multi_discrete``) as a skrl ``models`` mapping; ``central_value``: the
+    ``central_value_config.network`` of a separate critic on ``STATES``.
+
+    rl_games' A2C builder (``rl_games/algos_torch/network_builder.py``) runs ``cnn`` then flattens into ``mlp``,
+    with ``permute_input`` (default true) turning NHWC images into NCHW first; both heads read the mlp's output.
+
+    :raises NetworkSpecError: a recurrent network (``rnn``), or a part omni_sfp does not build.
+    """
+    if network.get("rnn"):
+        raise NetworkSpecError(
+            "params.network.rnn: a recurrent network is not supported (the single forward pass keys on the input, "
+            "and a recurrent trunk's output depends on a hidden state)"
+        )
+    space = network.get("space") or {}
+    if "continuous" in space:
+        policy_cls = "GaussianMixin"
+    elif "discrete" in space:
+        policy_cls = "CategoricalMixin"
+    elif "multi_discrete" in space:
+        policy_cls = "MultiCategoricalMixin"
+    else:
+        raise NetworkSpecError(f"params.network.space: expected continuous, discrete or multi_discrete, got {space!r}")
+    containers = _rlgames_containers(network, "OBSERVATIONS", "params.network")
+    policy: dict[str, Any] = {"class": policy_cls, "network": containers, "output": "ACTIONS"}
+    if policy_cls == "GaussianMixin":
+        continuous = space["continuous"] or {}
+        if not continuous.get("fixed_sigma", True):
+            raise NetworkSpecError(
+                "params.network.space.continuous.fixed_sigma: false (a state-dependent sigma) is not supported"
+            )
+        sigma = continuous.get("sigma_init") or {}
+        if sigma.get("name") == "const_initializer":
+            policy["initial_log_std"] = float(sigma.get("val", 0.0))
+    value: dict[str, Any] = {"class": "DeterministicMixin", "network": containers, "output": "ONE"}
+    if central_value is not None:
+        value["network"] = _rlgames_containers(central_value, "STATES", "central_value_config.network")
+    return {
+        "separate": bool(network.get("separate", False)),
+        "policy": policy,
+        "value": value,
+    }
+
+
+def _rlgames_containers(network: Mapping[str, Any], source: str, where: str) -> list[dict[str, Any]]:
+    containers = []
+    cnn = network.get("cnn")
+    if cnn:
+        if cnn.get("type", "conv2d") != "conv2d":
+            raise NetworkSpecError(f"{where}.cnn.type: {cnn.get('type')!r}; only conv2d is supported")
+        layers: list[Any] = [
+            {
+                "conv2d": {
+                    "out_channels": int(conv["filters"]),
+                    "kernel_size": int(conv["kernel_size"]),
+                    "stride": int(conv.get("strides", 1)),
+                    "padding": int(conv.get("padding", 0)),
+                }
+            }
+            for conv in cnn.get("convs") or []
+        ]
+        if not layers:
+            raise NetworkSpecError(f"{where}.cnn.convs: empty")
+        activation = _skrl_activation(cnn.get("activation", "relu"))
+        image = f"permute({source}, (0, 3, 1, 2))" if network.get("permute_input", True) else source
+        containers.append(
+            {"name": "features_extractor", "input": image, "layers": [*layers, "flatten"], "activations": activation}
+        )
+        source = "features_extractor"
+    mlp = network.get("mlp") or {}
+    units = [int(u) for u in mlp.get("units") or []]
+    if mlp.get("d2rl"):
+        raise NetworkSpecError(f"{where}.mlp.d2rl: true is not supported")
+    if units:
+        containers.append(
+            {
+                "name": "net",
+                "input": source,
+                "layers": units,
+                "activations": _skrl_activation(mlp.get("activation", "relu")),
+            }
+        )
+    if not containers:
+        raise NetworkSpecError(f"{where}: neither mlp.units nor cnn.convs")
+    return containers
+
+
+def image_layout(space: gymnasium.Space) -> str | None:
+    """``"CHW"`` or ``"HWC"`` for an image ``Box`` (3 dimensions, channels first or last), else None."""
+    if not isinstance(space, spaces.Box) or len(space.shape) != 3:
+        return None
+    channels_last = space.shape[-1] <= 4 < min(space.shape[:2])
+    return "HWC" if channels_last else "CHW"
+
+
+def default_spec(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    *,
+    units: Sequence[int],
+    activation: str,
+    separate: bool,
+    initial_log_std: float,
+    task: str,
+) -> dict[str, Any] | None:
+    """Our network for a task that registered none, chosen by space: an MLP on a flat ``Box``, a small CNN (then the
+    MLP) on an image ``Box``; a Gaussian policy for ``Box`` actions, Categorical for ``Discrete``,
+    MultiCategorical for ``MultiDiscrete``. None where the tuned MLP models apply (flat ``Box`` in and out).
+
+    :raises NetworkSpecError: any other space, in one line naming it.
+    """
+    if isinstance(action_space, spaces.Box):
+        policy_cls = "GaussianMixin"
+    elif isinstance(action_space, spaces.Discrete):
+        policy_cls = "CategoricalMixin"
+    elif isinstance(action_space, spaces.MultiDiscrete):
+        policy_cls = "MultiCategoricalMixin"
+    else:
+        raise NetworkSpecError(
+            f"task {task!r}: action space {action_space} is not supported (Box, Discrete or MultiDiscrete)"
+        )
+    layout = image_layout(observation_space)
+    flat = isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 1
+    if not flat and layout is None:
+        raise NetworkSpecError(
+            f"task {task!r}: observation space {observation_space} is not supported by the default network "
+            "(a flat Box or an image Box, HxWxC or CxHxW); give train.models.network"
+        )
+    if flat and policy_cls == "GaussianMixin":
+        return None
+    containers: list[dict[str, Any]] = []
+    source = "OBSERVATIONS"
+    if layout is not None:
+        image = "permute(OBSERVATIONS, (0, 3, 1, 2))" if layout == "HWC" else "OBSERVATIONS"
+        if observation_space.dtype == "uint8":
+            image = f"{image} / 255"  # converted where the tensor lives (the device), not on the host
+        convs = [{"conv2d": [16, 8, 4]}, {"conv2d": [32, 4, 2]}, "flatten"]  # a small Atari-style extractor
+        containers.append({"name": "features_extractor", "input": image, "layers": convs, "activations": "relu"})
+        source = "features_extractor"
+    containers.append({"name": "net", "input": source, "layers": list(units), "activations": activation})
+    policy: dict[str, Any] = {"class": policy_cls, "network": containers, "output": "ACTIONS"}
+    if policy_cls == "GaussianMixin":
+        policy["initial_log_std"] = float(initial_log_std)
+    value = {"class": "DeterministicMixin", "network": containers, "output": "ONE"}
+    return {"separate": bool(separate), "policy": policy, "value": value}
+
+
+# -- expressions ----------------------------------------------------------------------------------------------
+
+Env = dict[str, Any]  # name -> tensor or space while a network runs
+
+
+class _Expression:
+    """A container input or output, parsed once into closures over allowed operations (no ``eval``)."""
+
+    _BINARY: dict[type, Callable[[Any, Any], Any]] = {
+        ast.Add: lambda a, b: a + b,
+        ast.Sub: lambda a, b: a - b,
+        ast.Mult: lambda a, b: a * b,
+        ast.Div: lambda a, b: a / b,
+    }
+
+    def __init__(self, text: str, where: str) -> None:
+        self.text, self.where = text, where
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as error:
+            raise NetworkSpecError(f"{where}: input {text!r} is not an expression ({error.msg})") from None
+        self.names: set[str] = set()
+        self.run = self._compile(tree.body)
+
+    def _fail(self, node: ast.AST) -> NetworkSpecError:
+        return NetworkSpecError(f"{self.where}: {ast.unparse(node)!r} in {self.text!r} is not supported")
+
+    def _compile(self, node: ast.AST) -> Callable[[Env], Any]:
+        if isinstance(node, ast.Name):
+            name = node.id
+            self.names.add(name)
+            return lambda env: env[name]
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, int | float | str)
+            and not isinstance(node.value, bool)
+        ):
+            value = node.value
+            return lambda env: value
+        if isinstance(node, ast.Tuple | ast.List):
+            items = [self._compile(e) for e in node.elts]
+            return lambda env: [item(env) for item in items]
+        if isinstance(node, ast.Subscript):
+            target, key = self._compile(node.value), self._compile(node.slice)
+            return lambda env: target(env)[key(env)]
+        if isinstance(node, ast.BinOp) and type(node.op) in self._BINARY:
+            op, left, right = self._BINARY[type(node.op)], self._compile(node.left), self._compile(node.right)
+            return lambda env: op(left(env), right(env))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+            args = [self._compile(a) for a in node.args]
+            name = node.func.id
+            if name == "concatenate" and len(args) == 1:
+                return lambda env: torch.cat(args[0](env), dim=1)
+            if name == "permute" and len(args) == 2:
+                return lambda env: torch.permute(args[0](env), tuple(args[1](env)))
+            if name == "one_hot_encoding" and len(args) == 2:
+                return lambda env: _one_hot(args[0](env), args[1](env))
+        raise self._fail(node)
+
+
+def _one_hot(space: gymnasium.Space, x: torch.Tensor) -> torch.Tensor:
+    """skrl's ``one_hot_encoding`` of a tensorised Discrete or MultiDiscrete value."""
+    if isinstance(space, spaces.Discrete):
+        return nn.functional.one_hot(x[:, 0].long(), num_classes=int(space.n)).float()
+    if isinstance(space, spaces.MultiDiscrete):
+        parts = [nn.functional.one_hot(x[:, i].long(), num_classes=int(n)) for i, n in enumerate(space.nvec)]
+        return torch.cat(parts, dim=1).float()
+    raise NetworkSpecError(f"one_hot_encoding of a {type(space).__name__} space; only Discrete and MultiDiscrete")
+
+
+def _output_head(output: str, where: str) -> tuple[str, str | None]:
+    """``(token, activation)`` of an output expression: ``"ACTIONS"`` -> ("ACTIONS", None), ``"tanh(ONE)"`` ->
+    ("ONE", "tanh")."""
+    text = output.strip()
+    activation = None
+    if text.endswith(")") and "(" in text:
+        activation, _, inner = text[:-1].partition("(")
+        activation, text = activation.strip().lower(), inner.strip()
+        if activation not in ACTIVATION_MODULES:
+            raise NetworkSpecError(f"{where}.output: {output!r}: {activation!r} is not an activation")
+    if text not in ("ACTIONS", "ONE"):
+        raise NetworkSpecError(f"{where}.output: {output!r}; expected ACTIONS or ONE, optionally in an activation")
+    return text, activation
+
+
+# -- modules --------------------------------------------------------------------------------------------------
+
+
+ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
+    **ACTIVATIONS,  # omni_sfp's, the CPU-tuned ELU among them
+    "sigmoid": nn.Sigmoid,
+    "softplus": nn.Softplus,
+    "softsign": nn.Softsign,
+    "softmax": lambda: nn.Softmax(dim=-1),
+}  # skrl's instantiators name these too
+
+
+def _init_layer(module: nn.Module, init: str, gain: float) -> None:
+    """``train.models.init`` on a linear or conv layer (see :func:`omni_sfp.models._linear`)."""
+    if init == "orthogonal":
+        nn.init.orthogonal_(module.weight, gain=gain)
+    if init != "torch" and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+class Trunk(nn.Module):
+    """The containers of one role, in order, from the flat inputs skrl passes (``observations``, ``states``) to the
+    last container's output. Its layers are built concrete from a sample of the spaces (skrl builds lazy ones).
+
+    ``source`` is the one input the containers read (``"observations"`` or ``"states"``), or None when they read
+    both: only a one-input trunk can be keyed by the cache.
+    """
+
+    def __init__(
+        self, containers: Sequence[Container], spaces_: Mapping[str, gymnasium.Space | None], init: str
+    ) -> None:
+        super().__init__()
+        self.spaces = dict(spaces_)
+        self.order = [c.name for c in containers]
+        self.inputs: dict[str, _Expression] = {}
+        self.blocks = nn.ModuleDict()
+        sample = {key: _sample(space) for key, space in self.spaces.items() if space is not None}
+        env: Env = self._env(sample)
+        sources: set[str] = set()
+        reads: dict[str, set[str]] = {}  # container -> the inputs it depends on
+        for container in containers:
+            where = f"container {container.name!r}"
+            expression = _Expression(container.input, where)
+            for name in expression.names & set(SOURCES):
+                if self.spaces.get(SOURCES[name]) is None:
+                    raise NetworkSpecError(
+                        f"{where}: input {container.input!r} reads {name}; the task has no {name.lower()}"
+                    )
+            earlier = set(self.order[: self.order.index(container.name)])
+            unknown = expression.names - set(SOURCES) - set(_SPACES) - earlier
+            if unknown:
+                raise NetworkSpecError(
+                    f"{where}: input {container.input!r} names {', '.join(sorted(unknown))}: not OBSERVATIONS, "
+                    "STATES, OBSERVATION_SPACE, STATE_SPACE or an earlier container"
+                )
+            sources |= {SOURCES[n] for n in expression.names if n in SOURCES}
+            sources |= {s for n in expression.names & earlier for s in reads[n]}
+            reads[container.name] = {SOURCES[n] for n in expression.names if n in SOURCES} | {
+                s for n in expression.names & earlier for s in reads[n]
+            }
+            x = expression.run(env)
+            if not isinstance(x, torch.Tensor):
+                raise NetworkSpecError(f"{where}: input {container.input!r} is not a tensor")
+            x = x.float() if not x.is_floating_point() else x
+            block = []
+            for layer in container.layers:
+                module = _make_layer(layer, x, where)
+                if isinstance(module, nn.Linear | nn.Conv2d):
+                    _init_layer(module, init, gain=math.sqrt(2))
+                block.append(module)
+                with torch.no_grad():
+                    x = module(x)
+                if layer.activation:
+                    block.append(ACTIVATION_MODULES[layer.activation]())
+            self.inputs[container.name] = expression
+            self.blocks[container.name] = nn.Sequential(*block)
+            env[container.name] = x
+        if env[self.order[-1]].dim() != 2:
+            raise NetworkSpecError(f"container {self.order[-1]!r}: its output must be flat (add a flatten layer)")
+        self.features = int(env[self.order[-1]].shape[1])
+        self.source = sources.pop() if len(sources) == 1 else None
+
+    def _env(self, flat: Mapping[str, torch.Tensor | None]) -> Env:
+        env: Env = {}
+        for name, key in SOURCES.items():
+            space = self.spaces.get(key)
+            if space is not None and flat.get(key) is not None:
+                env[name] = unflatten_tensorized_space(space, flat[key])
+        for name, key in _SPACES.items():
+            env[name] = self.spaces.get(key)
+        return env
+
+    def forward(self, observations: torch.Tensor | None, states: torch.Tensor | None = None) -> torch.Tensor:
+        env = self._env({"observations": observations, "states": states})
+        for name in self.order:
+            x = self.inputs[name].run(env)
+            env[name] = self.blocks[name](x if x.is_floating_point() else x.float())
+        return env[self.order[-1]]
+
+
+class _OneInput(nn.Module):
+    """A :class:`Trunk` that reads one input, as the single tensor :class:`SingleForwardPass` keys on."""
+
+    def __init__(self, trunk: Trunk) -> None:
+        super().__init__()
+        self.net = trunk
+        self.key = trunk.source
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x, None) if self.key == "observations" else self.net(None, x)
+
+
+def _sample(space: gymnasium.Space) -> torch.Tensor:
+    """Two flat zero rows of ``space`` (skrl's layout), to build concrete layers from."""
+    from skrl.utils.spaces.torch import compute_space_size
+
+    return torch.zeros(2, compute_space_size(space, occupied_size=True))
+
+
+def _make_layer(layer: Layer, x: torch.Tensor, where: str) -> nn.Module:
+    options = dict(layer.options)
+    if layer.kind == "flatten":
+        return nn.Flatten(**options)
+    if layer.kind == "linear":
+        if x.dim() != 2:
+            raise NetworkSpecError(f"{where}: a linear layer on a {x.dim()}-dimensional input; flatten it first")
+        return nn.Linear(x.shape[1], int(options.pop("out_features")), **options)
+    if x.dim() != 4:
+        raise NetworkSpecError(f"{where}: a conv2d layer on input of shape {tuple(x.shape[1:])}; it needs (C, H, W)")
+    module = nn.Conv2d(x.shape[1], int(options.pop("out_channels")), **options)
+    try:
+        with torch.no_grad():
+            module(x)
+    except RuntimeError as error:
+        raise NetworkSpecError(
+            f"{where}: conv2d on input of shape {tuple(x.shape[1:])}: {str(error).splitlines()[0]}"
+        ) from None
+    return module
+
+
+# -- skrl models ----------------------------------------------------------------------------------------------
+
+
+def _policy_size(cls: str, action_space: gymnasium.Space) -> int:
+    if cls == "CategoricalMixin":
+        if not isinstance(action_space, spaces.Discrete):
+            raise NetworkSpecError(f"CategoricalMixin needs a Discrete action space, the task has {action_space}")
+        return int(action_space.n)
+    if cls == "MultiCategoricalMixin":
+        if not isinstance(action_space, spaces.MultiDiscrete):
+            raise NetworkSpecError(
+                f"MultiCategoricalMixin needs a MultiDiscrete action space, the task has {action_space}"
+            )
+        return int(sum(action_space.nvec))
+    if not isinstance(action_space, spaces.Box):
+        raise NetworkSpecError(f"GaussianMixin needs a Box action space, the task has {action_space}")
+    return int(gymnasium.spaces.flatdim(action_space))
+
+
+class _Head(nn.Module):
+    def __init__(self, features: int, size: int, activation: str | None, init: str, gain: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(features, size)
+        _init_layer(self.linear, init, gain)
+        self.activation = ACTIVATION_MODULES[activation]() if activation else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.linear(x))
+
+
+class _SpecModel:
+    """What every spec-built model shares (a mixin before skrl's mixins and ``Model``): building trunks and
+    heads, the policy's act with its deterministic action (``mean_actions``, which :mod:`omni_sfp.evaluation`
+    reads: the mean, or each sub-space's argmax), and the cache's controls."""
+
+    policy_cls = "GaussianMixin"
+
+    def _init_model(self, spec: NetworkSpec, observation_space, action_space, device, state_space) -> None:
+        Model.__init__(
+            self, observation_space=observation_space, state_space=state_space, action_space=action_space, device=device
+        )
+        self.spec = spec
+
+    def _init_policy_mixin(self, role: Role) -> None:
+        kwargs = {k: v for k, v in role.options if k in _MIXIN_OPTIONS[role.cls]}
+        _POLICY_MIXINS[role.cls].__init__(self, role="policy", **kwargs)
+
+    def _init_value_mixin(self, role: Role) -> None:
+        DeterministicMixin.__init__(self, role="value", clip_actions=role.option("clip_actions", False))
+
+    def _build_trunk(self, role: Role, init: str) -> Trunk:
+        return Trunk(role.network, {"observations": self.observation_space, "states": self.state_space}, init)
+
+    def _build_policy(self, role: Role, trunk: Trunk, init: str) -> None:
+        token, activation = _output_head(role.output, "policy")
+        size = _policy_size(role.cls, self.action_space) if token == "ACTIONS" else 1
+        self.policy_head = _Head(trunk.features, size, activation, init, gain=0.01)
+        if role.cls == "GaussianMixin":
+            initial = float(role.option("initial_log_std", 0.0))
+            fixed = bool(role.option("fixed_log_std", False))
+            self.log_std = nn.Parameter(torch.full((size,), initial), requires_grad=not fixed)
+
+    def _build_value(self, role: Role, trunk: Trunk, init: str) -> None:
+        token, activation = _output_head(role.output, "value")
+        if token != "ONE":
+            raise NetworkSpecError(f"value.output: {role.output!r}; the value network outputs ONE")
+        self.value_head = _Head(trunk.features, 1, activation, init, gain=1.0)
+
+    def _policy_outputs(self, net_output: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        return net_output, ({"log_std": self.log_std} if self.policy_cls == "GaussianMixin" else {})
+
+    def _policy_act(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        actions, outputs = _POLICY_MIXINS[self.policy_cls].act(self, inputs, role="policy")
+        if self.policy_cls != "GaussianMixin":  # GaussianMixin adds its own mean_actions
+            outputs["mean_actions"] = self.deterministic_actions(outputs["net_output"])
+        return actions, outputs
+
+    def deterministic_actions(self, net_output: torch.Tensor) -> torch.Tensor:
+        """The deterministic action from the policy head's output: the mean, or each sub-space's argmax."""
+        if self.policy_cls == "GaussianMixin":
+            return net_output
+        if self.policy_cls == "CategoricalMixin":
+            return net_output.argmax(dim=-1, keepdim=True)
+        logits = torch.split(net_output, [int(n) for n in self.action_space.nvec], dim=-1)
+        return torch.stack([part.argmax(dim=-1) for part in logits], dim=-1)
+
+    def __getstate__(self) -> dict:
+        """``deepcopy``/``torch.save``: skip skrl's last distributions, which hold the last call's graph."""
+        state = Model.__getstate__(self)
+        for key in ("_g_distribution", "_c_distribution"):
+            state.pop(key, None)
+            state[key] = None
+        if "_distributions" in state:
+            state["_distributions"] = []
+        return state
+
+    def update_parameters(self, model: nn.Module, *, polyak: float = 1.0) -> None:
+        """skrl's target-network update writes through ``.data``: drop the cached entries afterwards."""
+        Model.update_parameters(self, model, polyak=polyak)
+        clear_caches(self)
+
+    def clear_sfp_cache(self) -> None:
+        clear_caches(self)
+
+    @property
+    def sfp_stats(self) -> SFPStats:
+        return collect_stats(self)
+
+    def reset_sfp_stats(self) -> None:
+        for module in sfp_modules(self):
+            module.reset_stats()
+
+
+_POLICY_MIXINS: dict[str, type] = {
+    "GaussianMixin": GaussianMixin,
+    "CategoricalMixin": CategoricalMixin,
+    "MultiCategoricalMixin": MultiCategoricalMixin,
+}
+
+
+def _run(trunk: nn.Module, inputs: Mapping[str, Any]) -> torch.Tensor:
+    """A trunk on skrl's inputs: the one tensor a cached or one-input trunk reads, else both."""
+    if isinstance(trunk, SingleForwardPass):
+        return trunk(inputs[trunk.trunk.key])
+    if isinstance(trunk, _OneInput):
+        return trunk(inputs[trunk.key])
+    return trunk(inputs.get("observations"), inputs.get("states"))
+
+
+def _wrap(trunk: Trunk) -> nn.Module:
+    return _OneInput(trunk) if trunk.source is not None else trunk
+
+
+def _unwrap(module: nn.Module) -> Trunk:
+    while not isinstance(module, Trunk):
+        module = module.net if isinstance(module, _OneInput) else module.trunk
+    return module
+
+
+class _SharedRoles(_SpecModel):
+    """One model for both roles (skrl PPO's ``policy`` and ``value``): a shared trunk through
+    :class:`SingleForwardPass` where both roles' networks agree and read one input, else a trunk per role."""
+
+    def __init__(
+        self,
+        spec: NetworkSpec,
+        observation_space: gymnasium.Space,
+        action_space: gymnasium.Space,
+        device: str | torch.device | None = None,
+        *,
+        state_space: gymnasium.Space | None = None,
+        init: str = "torch",
+        cache_check: str = "auto",
+    ) -> None:
+        self._init_model(spec, observation_space, action_space, device, state_space)
+        self._init_policy_mixin(spec.policy)
+        self._init_value_mixin(spec.value)
+        same = spec.policy.network == spec.value.network
+        policy_trunk = self._build_trunk(spec.policy, init)
+        self.shared = same and policy_trunk.source is not None
+        if self.shared:
+            self.policy_trunk = self.value_trunk = SingleForwardPass(_OneInput(policy_trunk), cache_check)
+            value_trunk = policy_trunk
+        else:
+            value_trunk = policy_trunk if same else self._build_trunk(spec.value, init)
+            self.policy_trunk = _wrap(policy_trunk)
+            self.value_trunk = self.policy_trunk if same else _wrap(value_trunk)
+        self._build_policy(spec.policy, policy_trunk, init)
+        self._build_value(spec.value, value_trunk, init)
+        self.to(self.device)
+
+    def act(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        if role == "policy":
+            return self._policy_act(inputs)
+        if role == "value":
+            return DeterministicMixin.act(self, inputs, role=role)
+        raise ValueError(f"{type(self).__name__} plays role 'policy' or 'value', not {role!r}")
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        if role == "policy":
+            return self._policy_outputs(self.policy_head(_run(self.policy_trunk, inputs)))
+        if role == "value":
+            return self.value_head(_run(self.value_trunk, inputs)), {}
+        raise ValueError(f"{type(self).__name__} plays role 'policy' or 'value', not {role!r}")
+
+
+class GaussianSpecActorCritic(_SharedRoles, GaussianMixin, DeterministicMixin, Model):
+    """A spec's shared model with a Gaussian policy (``Box`` actions)."""
+
+    policy_cls = "GaussianMixin"
+
+
+class CategoricalSpecActorCritic(_SharedRoles, CategoricalMixin, DeterministicMixin, Model):
+    """A spec's shared model with a Categorical policy (``Discrete`` actions)."""
+
+    policy_cls = "CategoricalMixin"
+
+
+class MultiCategoricalSpecActorCritic(_SharedRoles, MultiCategoricalMixin, DeterministicMixin, Model):
+    """A spec's shared model with a MultiCategorical policy (``MultiDiscrete`` actions)."""
+
+    policy_cls = "MultiCategoricalMixin"
+
+
+class _PolicyRole(_SpecModel):
+    """The policy of a ``separate: true`` spec: its own trunk, no cache."""
+
+    def __init__(self, spec, observation_space, action_space, device=None, *, state_space=None, init="torch"):
+        self._init_model(spec, observation_space, action_space, device, state_space)
+        self._init_policy_mixin(spec.policy)
+        trunk = self._build_trunk(spec.policy, init)
+        self.policy_trunk = _wrap(trunk)
+        self._build_policy(spec.policy, trunk, init)
+        self.to(self.device)
+
+    def act(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        return self._policy_act(inputs)
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        return self._policy_outputs(self.policy_head(_run(self.policy_trunk, inputs)))
+
+
+class GaussianSpecPolicy(_PolicyRole, GaussianMixin, Model):
+    policy_cls = "GaussianMixin"
+
+
+class CategoricalSpecPolicy(_PolicyRole, CategoricalMixin, Model):
+    policy_cls = "CategoricalMixin"
+
+
+class MultiCategoricalSpecPolicy(_PolicyRole, MultiCategoricalMixin, Model):
+    policy_cls = "MultiCategoricalMixin"
+
+
+class SpecValue(_SpecModel, DeterministicMixin, Model):
+    """The value function of a ``separate: true`` spec: its own trunk, no cache."""
+
+    def __init__(self, spec, observation_space, action_space, device=None, *, state_space=None, init="torch"):
+        self._init_model(spec, observation_space, action_space, device, state_space)
+        self._init_value_mixin(spec.value)
+        trunk = self._build_trunk(spec.value, init)
+        self.value_trunk = _wrap(trunk)
+        self._build_value(spec.value, trunk, init)
+        self.to(self.device)
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        return self.value_head(_run(self.value_trunk, inputs)), {}
+
+
+SHARED_MODELS = {
+    "GaussianMixin": GaussianSpecActorCritic,
+    "CategoricalMixin": CategoricalSpecActorCritic,
+    "MultiCategoricalMixin": MultiCategoricalSpecActorCritic,
+}
+POLICY_MODELS = {
+    "GaussianMixin": GaussianSpecPolicy,
+    "CategoricalMixin": CategoricalSpecPolicy,
+    "MultiCategoricalMixin": MultiCategoricalSpecPolicy,
+}
+
+
+def build_models(
+    spec: NetworkSpec,
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    device: torch.device,
+    *,
+    state_space: gymnasium.Space | None = None,
+    init: str = "torch",
+    single_forward_pass: bool = True,
+    cache_check: str = "auto",
+) -> dict[str, Model]:
+    """skrl PPO's ``{"policy": ..., "value": ...}`` for ``spec``: one shared model (:data:`SHARED_MODELS`) unless
+    the spec is ``separate`` (a policy of :data:`POLICY_MODELS` and a :class:`SpecValue`).
+
+    :raises NetworkSpecError: the spec does not fit the task's spaces (one line naming the container).
+    """
+    if spec.separate:
+        policy = POLICY_MODELS[spec.policy.cls](
+            spec, observation_space, action_space, device, state_space=state_space, init=init
+        )
+        value = SpecValue(spec, observation_space, action_space, device, state_space=state_space, init=init)
+        return {"policy": policy, "value": value}
+    model = SHARED_MODELS[spec.policy.cls](
+        spec,
+        observation_space,
+        action_space,
+        device,
+        state_space=state_space,
+        init=init,
+        cache_check=cache_check if single_forward_pass else "off",
+    )
+    return {"policy": model, "value": model}
+
+
+def describe(models: Mapping[str, Model]) -> str:
+    """One line on what the two roles share, for the start of a run."""
+    policy, value = models["policy"], models["value"]
+    if policy is not value:
+        return "separate policy and value networks: nothing shared, no cache"
+    caches = list(sfp_modules(policy))
+    off = (
+        " (cache off: each role runs it, the double-pass baseline)"
+        if all(c.cache_check == "off" for c in caches)
+        else ""
+    )
+    if not isinstance(policy, _SharedRoles):
+        return f"one MLP trunk shared by both roles through the single-forward-pass cache{off}; a head per role"
+    policy_trunk, value_trunk = _unwrap(policy.policy_trunk), _unwrap(policy.value_trunk)
+    if policy.shared:
+        return f"one trunk ({' -> '.join(policy_trunk.order)}) shared by both roles through the single-forward-pass cache{off}; a head per role"
+    if policy_trunk is value_trunk:
+        return "one trunk on observations and states, run by each role: not cached (the cache keys one input)"
+    return (
+        f"nothing shared: the policy reads {policy_trunk.source or 'observations and states'}, the value "
+        f"{value_trunk.source or 'observations and states'} (a trunk each, no cache)"
+    )
