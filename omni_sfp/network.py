@@ -397,7 +397,11 @@ def default_spec(
         image = "permute(OBSERVATIONS, (0, 3, 1, 2))" if layout == "HWC" else "OBSERVATIONS"
         if observation_space.dtype == "uint8":
             image = f"{image} / 255"  # converted where the tensor lives (the device), not on the host
-        convs = [{"conv2d": [16, 8, 4]}, {"conv2d": [32, 4, 2]}, "flatten"]  # a small Atari-style extractor
+        height, width = observation_space.shape[:2] if layout == "HWC" else observation_space.shape[1:]
+        if min(height, width) >= 36:  # a small Atari-style extractor
+            convs = [{"conv2d": [16, 8, 4]}, {"conv2d": [32, 4, 2]}, "flatten"]
+        else:  # thumbnails: the same two layers with kernels that fit
+            convs = [{"conv2d": [16, 3, 1]}, {"conv2d": [32, 3, 2]}, "flatten"]
         containers.append({"name": "features_extractor", "input": image, "layers": convs, "activations": "relu"})
         source = "features_extractor"
     containers.append({"name": "net", "input": source, "layers": list(units), "activations": activation})
