@@ -170,6 +170,16 @@ def validate(cfg: DictConfig) -> None:
         )
     _validate_task_env(cfg)
     _validate_outputs(cfg)
+    _validate_network(cfg)
+
+
+def _validate_network(cfg: DictConfig) -> None:
+    """``train.models.network`` parses (its fit to the task's spaces is checked when the models are built)."""
+    spec = _get(cfg, "train.models.network")
+    if spec is not None:
+        from omni_sfp import network  # torch: only when a network is given
+
+        network.parse(OmegaConf.to_container(spec, resolve=True))
 
 
 def _validate_outputs(cfg: DictConfig) -> None:

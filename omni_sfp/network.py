@@ -41,6 +41,7 @@ from skrl.utils.spaces.torch import unflatten_tensorized_space
 from torch import nn
 
 from omni_sfp.cache import SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
+from omni_sfp.config import ConfigError
 from omni_sfp.models import ACTIVATIONS
 
 POLICY_CLASSES = ("GaussianMixin", "CategoricalMixin", "MultiCategoricalMixin")
@@ -49,7 +50,7 @@ SOURCES = {"OBSERVATIONS": "observations", "STATES": "states"}  # spec name -> s
 _SPACES = {"OBSERVATION_SPACE": "observations", "STATE_SPACE": "states"}
 
 
-class NetworkSpecError(ValueError):
+class NetworkSpecError(ConfigError):
     """A network spec cannot be built; one line naming the role, the container and what is wrong."""
 
 

@@ -120,3 +120,24 @@ def test_acrobot_swings_up(tmp_path):
     cfg = load_config(["task=gym:Acrobot-v1", "seed=0", f"runs_dir={tmp_path}"])
     summary = Runner(cfg, disable_progressbar=True).train()
     assert summary.final_return > -200, summary.final_return
+
+
+@pytest.mark.parametrize(
+    ("network", "named"),
+    [
+        (
+            "{policy:{network:[{name:n,input:OBS,layers:[8]}]},value:{network:[{name:n,input:OBSERVATIONS,layers:[8]}]}}",
+            "OBS",
+        ),
+        (
+            "{policy:{class:CategoricalMixin,network:[{name:n,input:OBSERVATIONS,layers:[8]}]},value:{network:[{name:n,input:OBSERVATIONS,layers:[8]}]}}",
+            "Discrete action space",
+        ),
+    ],
+)
+def test_a_network_that_does_not_build_is_one_line_and_exit_2(tmp_path, capsys, network, named):
+    from omni_sfp.train import main
+
+    assert main(["task=Cartpole", "num_envs=4", f"runs_dir={tmp_path}", f"train.models.network={network}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0], err
