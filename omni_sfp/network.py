@@ -938,17 +938,13 @@ def describe(models: Mapping[str, Model]) -> str:
     policy, value = models["policy"], models["value"]
     if policy is not value:
         return "separate policy and value networks: nothing shared, no cache"
-    caches = list(sfp_modules(policy))
-    off = (
-        " (cache off: each role runs it, the double-pass baseline)"
-        if all(c.cache_check == "off" for c in caches)
-        else ""
-    )
+    cached = any(cache.cache_check != "off" for cache in sfp_modules(policy))
+    how = "through the single-forward-pass cache" if cached else "cache off: each role runs it (the double pass)"
     if not isinstance(policy, _SharedRoles):
-        return f"one MLP trunk shared by both roles through the single-forward-pass cache{off}; a head per role"
+        return f"one MLP trunk for both roles, {how}; a head per role"
     policy_trunk, value_trunk = _unwrap(policy.policy_trunk), _unwrap(policy.value_trunk)
     if policy.shared:
-        return f"one trunk ({' -> '.join(policy_trunk.order)}) shared by both roles through the single-forward-pass cache{off}; a head per role"
+        return f"one trunk ({' -> '.join(policy_trunk.order)}) for both roles, {how}; a head per role"
     if policy_trunk is value_trunk:
         return "one trunk on observations and states, run by each role: not cached (the cache keys one input)"
     return (

@@ -92,7 +92,9 @@ def test_the_shared_trunk_runs_once_and_gives_the_double_pass_result():
     assert torch.equal(losses[0][1], losses[1][1]) and torch.equal(losses[0][2], losses[1][2])
     for a, b in zip(cached.parameters(), double.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
-    assert "shared by both roles" in network.describe({"policy": cached, "value": cached})
+    assert "for both roles, through the single-forward-pass cache" in network.describe(
+        {"policy": cached, "value": cached}
+    )
 
 
 def test_rlgames_cnn_block_builds_the_network_rl_games_builds():
