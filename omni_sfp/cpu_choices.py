@@ -407,7 +407,7 @@ def resolve(
         for name in auto:
             default(name, f"not measured on {device.type}")
         return _choices(chosen, sources, key=key)
-    if distributed.world_size() > 1 or not measure:
+    if max(distributed.world_size(), int(os.environ.get("WORLD_SIZE", "1"))) > 1 or not measure:
         for name in auto:
             default(name, "not measured in a multi-process run" if measure else "not measured")
         return _choices(chosen, sources, key=key)
