@@ -457,8 +457,8 @@ def _measure(
     timings: dict[str, dict[str, float]] = {}
     faults: dict[str, float] = {}
     threads_before = torch.get_num_threads()
-    if "threads" in names:
-        chosen["threads"], timings["threads"] = measure_threads(probe, threads_before)
+    if "threads" in names:  # torch's own count, even where an earlier run in this process changed it
+        chosen["threads"], timings["threads"] = measure_threads(probe, _torch_threads or threads_before)
     torch.set_num_threads(1)  # the kernels at one thread: see the module's docstring
     try:
         if "allocator" in names:
