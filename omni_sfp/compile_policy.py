@@ -7,6 +7,12 @@ iterations left, measured on the run's own eager iterations, with the compile co
 benchmark (``python -m omni_sfp.bench --rows omni-sfp-mixed,omni-sfp-mixed-compiled``: the table's
 "torch.compile" section gives both numbers). The runner asks after its first eager iterations, prints the
 decision's reason, and compiles with :func:`compile_trunk`.
+
+The table is one CPU's (an AMD EPYC with avx512_bf16), and the saving is the CPU-specific part of it. So the
+decision is checked where the run happens: :class:`AutoCompile` times the second compiled iteration (the first
+pays the compile) against the eager one it decided on, and goes back to eager unless the compiled one is
+faster by :data:`omni_sfp.cpu_choices.MARGIN`. A wrong table costs one compile, never a slower run. Measuring
+it before the run instead would cost the compile itself (10-25 s on CPU): no start-up probe can afford it.
 """
 
 from __future__ import annotations
@@ -109,15 +115,25 @@ def compile_trunk(model: Any) -> None:
 
     from omni_sfp.coldstart import restore_dynamo_guards
 
-    cache = getattr(model, "trunk", None)
-    if cache is not None and hasattr(cache, "trunk"):
-        network = cache.trunk
-    elif hasattr(model, "net"):
-        network = model.net
-    else:
-        raise TypeError(f"{type(model).__name__} has no trunk to compile")
+    network = _network(model)
     restore_dynamo_guards()
     network.forward = types.MethodType(torch.compile(type(network).forward), network)
+
+
+def uncompile_trunk(model: Any) -> None:
+    """Undo :func:`compile_trunk`: the network's own (eager) ``forward`` again."""
+    network = _network(model)
+    if is_compiled(network):
+        del network.forward
+
+
+def _network(model: Any) -> Any:
+    cache = getattr(model, "trunk", None)
+    if cache is not None and hasattr(cache, "trunk"):
+        return cache.trunk
+    if hasattr(model, "net"):
+        return model.net
+    raise TypeError(f"{type(model).__name__} has no trunk to compile")
 
 
 def is_compiled(network: Any) -> bool:
@@ -126,13 +142,16 @@ def is_compiled(network: Any) -> bool:
 
 
 EAGER_ITERATIONS = 2  # auto measures the second: the first one pays for first calls and allocations
+COMPILED_ITERATIONS = 2  # and checks the second compiled one: the first pays the compile
 
 
 class AutoCompile:
     """The loop's ``tune`` hook for ``train.models.compile=auto`` (:class:`omni_sfp.loop.Learner`): after
     :data:`EAGER_ITERATIONS` eager iterations of this process (after a resume too), it times the last one
     (rollout + update), asks :func:`decide_compile`, reports the reason once and compiles the models' trunks
-    when it pays. A run that ends sooner is decided at its last iteration (nothing left: eager).
+    when it pays. A run that ends sooner is decided at its last iteration (nothing left: eager). After
+    compiling it times the :data:`COMPILED_ITERATIONS`-th compiled iteration and keeps the compiled trunks only
+    when that one is clearly faster than the eager one (one more line; ``kept`` says which).
 
     :param models: the agent's models (one object when policy and value share it).
     :param agree: turns this process's decision into every process's (``distributed.any_rank``).
@@ -155,9 +174,14 @@ class AutoCompile:
         self.seen = 0  # iterations this process ran
         self.decision: CompileDecision | None = None
         self.iteration: int | None = None  # the iteration after which it was decided
+        self.eager_s: float | None = None  # the eager iteration it decided on
+        self.compiled_seen = 0
+        self.kept: bool | None = None  # after the check: whether the compiled trunks stayed
 
     def __call__(self, progress: Any) -> None:
         if self.decision is not None:
+            if self.decision.compile and self.kept is None:
+                self._check(progress)
             return
         self.seen += 1
         if self.seen < EAGER_ITERATIONS and progress.iteration < self.iterations:
@@ -174,8 +198,29 @@ class AutoCompile:
                 True, decision.reason.replace(": eager,", ": compiling (as another process decided),", 1)
             )
         self.decision, self.iteration = decision, progress.iteration
+        self.eager_s = progress.rollout_s + progress.update_s
         if self.report is not None:
             self.report(f"[omni_sfp] iteration {progress.iteration}: {decision.reason}")
         if decision.compile:
             for model in self.models:
                 compile_trunk(model)
+
+    def _check(self, progress: Any) -> None:
+        """The measured side of the decision: the compiled iteration against the eager one."""
+        from omni_sfp.cpu_choices import MARGIN
+
+        self.compiled_seen += 1
+        if self.compiled_seen < COMPILED_ITERATIONS:
+            return
+        compiled_s = progress.rollout_s + progress.update_s
+        self.kept = bool(self.agree(compiled_s < (1 - MARGIN) * self.eager_s))  # any process's gain keeps it
+        if not self.kept:
+            for model in self.models:
+                uncompile_trunk(model)
+        if self.report is not None:
+            change = 100 * (compiled_s / self.eager_s - 1) if self.eager_s else 0.0
+            self.report(
+                f"[omni_sfp] iteration {progress.iteration}: train.models.compile=auto measured: {compiled_s:.2f} s "
+                f"an iteration compiled against {self.eager_s:.2f} s eager ({change:+.1f}%): "
+                + ("compiled trunk kept" if self.kept else f"back to eager (a gain under {100 * MARGIN:.0f}% is noise)")
+            )

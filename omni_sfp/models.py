@@ -22,7 +22,7 @@ def fast_elu(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp(x, max=0.0).exp_().sub_(1.0).clamp_(min=x)  # exp(x) - 1 >= x where x <= 0
 
 
-class _FastELU(torch.autograd.Function):
+class FastELUFunction(torch.autograd.Function):
     """:func:`fast_elu` with torch's own ELU backward, computed from the output (``dy/dx = y + 1`` for x <= 0)."""
 
     @staticmethod
@@ -39,14 +39,39 @@ class _FastELU(torch.autograd.Function):
         return torch.ops.aten.elu_backward(grad, 1.0, 1.0, 1.0, True, output)
 
 
-class ELU(nn.ELU):
-    """``nn.ELU`` computed as :func:`fast_elu` on CPU float32 tensors, with and without autograd.
+ELU_KERNELS: tuple[str, ...] = ("torch", "fast")  # torch's F.elu, or :func:`fast_elu`
+# The ELU kernel each path uses, process-wide (as torch.set_num_threads): without autograd (the rollout, the
+# last values, evaluation) and with it (the update's minibatches). torch's until :func:`use_elu_kernels` says
+# otherwise: the runner sets them from omni_sfp.cpu_choices, which measures both on the CPU that runs them.
+_elu_kernels = {"no_grad": "torch", "autograd": "torch"}
 
-    Why: on CPU torch's ELU kernel evaluates ``expm1`` on every element, which is about twice as slow as
-    ``exp``. In the default Cartpole's rollout the trunk's three ELUs cost as much as its three matrix
-    products (576 against 545 us a step, 512 envs, one thread); :func:`fast_elu` takes 198 us against 324 for
-    a 512 x 256 batch, and a training minibatch of 8192 (forward and backward) 44.8 ms against 56.5. The same
-    function serves the rollout and the update. On other devices (a GPU's ELU is one memory-bound pass), in
+
+def use_elu_kernels(*, no_grad: str, autograd: str) -> None:
+    """Choose the kernel of :class:`ELU` without and with autograd (each one of :data:`ELU_KERNELS`).
+
+    :raises ValueError: a kernel that is not one of them.
+    """
+    for path, kernel in (("no_grad", no_grad), ("autograd", autograd)):
+        if kernel not in ELU_KERNELS:
+            raise ValueError(f"ELU kernel {path}={kernel!r} is not one of {', '.join(ELU_KERNELS)}")
+    _elu_kernels.update(no_grad=no_grad, autograd=autograd)
+
+
+def elu_kernels() -> dict[str, str]:
+    """The kernels :class:`ELU` uses now: ``{"no_grad": ..., "autograd": ...}``."""
+    return dict(_elu_kernels)
+
+
+class ELU(nn.ELU):
+    """``nn.ELU`` whose CPU float32 kernel is chosen per path (:func:`use_elu_kernels`): torch's, or
+    :func:`fast_elu` without autograd and :class:`FastELUFunction` with it. Both are within 2**-23 of each other.
+
+    Why a choice: torch's CPU ELU evaluates ``expm1`` on every element. Where ``expm1`` is not vectorised
+    (AMD Zen 3, no AVX-512) that is about twice the cost of ``exp``, and :func:`fast_elu` took 198 us
+    against 324 for a 512 x 256 batch, a training minibatch of 8192 (forward and backward) 44.8 ms against
+    56.5. Where it is (Zen 4 and Zen 5 with AVX-512), the rewrite only adds passes: torch's was 213 us
+    against 233 (Zen 4) and 110 against 107 (Zen 5), with autograd 2.9 ms against 3.2 at 8192 x 256 (Zen 5).
+    So neither wins everywhere, and omni_sfp.cpu_choices measures both on the machine. On other devices, in
     other dtypes, for ``alpha != 1``, in place and in TorchScript it is torch's ELU.
     """
 
@@ -59,13 +84,13 @@ class ELU(nn.ELU):
             or x.dtype != torch.float32
         ):
             return F.elu(x, self.alpha, self.inplace)
-        if x.requires_grad and torch.is_grad_enabled():
-            return self._with_autograd(x)
-        return fast_elu(x)
+        return self._chosen(x)
 
     @torch.jit.unused
-    def _with_autograd(self, x: torch.Tensor) -> torch.Tensor:
-        return _FastELU.apply(x)
+    def _chosen(self, x: torch.Tensor) -> torch.Tensor:
+        if x.requires_grad and torch.is_grad_enabled():
+            return FastELUFunction.apply(x) if _elu_kernels["autograd"] == "fast" else F.elu(x)
+        return fast_elu(x) if _elu_kernels["no_grad"] == "fast" else F.elu(x)
 
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {name: getattr(nn, cls) for name, cls in schema.ACTIVATIONS.items()}

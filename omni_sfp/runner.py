@@ -24,7 +24,8 @@ from omni_sfp import distributed, network, video
 from omni_sfp.agent import SFPPPO
 from omni_sfp.compile_policy import AutoCompile, compile_trunk
 from omni_sfp.config import max_iterations, num_envs
-from omni_sfp.device import keep_freed_memory, resolve_device
+from omni_sfp.cpu_choices import apply_config
+from omni_sfp.device import resolve_device
 from omni_sfp.evaluation import evaluate_agent
 from omni_sfp.export import EXPORT_FOLDER, ExportedPolicy
 from omni_sfp.loop import Learner, Progress, StopRequested
@@ -196,7 +197,7 @@ class Runner:
         self.cfg = cfg
         self.rank, self.world_size = distributed.rank(), distributed.world_size()
         self.device = resolve_device(cfg.device)
-        keep_freed_memory(self.device)  # CPU: no page faults for every minibatch's activations
+        self.cpu_choices = apply_config(cfg, self.device)  # ELU kernels, allocator, threads, Adam: measured per CPU
         self.resume_from: Path | None = ckpt.resolve(cfg.checkpoint) if cfg.checkpoint else None
         self._resume_state: dict[str, Any] | None = None
         if self.resume_from is not None:
@@ -251,6 +252,8 @@ class Runner:
         self.disable_progressbar = disable_progressbar
         self.history: list[Progress] = []
         self._output: ProgressOutput | None = None
+        if self.run_dir is not None:
+            self._note(self.cpu_choices.line())
 
     @property
     def task(self):

@@ -27,6 +27,11 @@ CACHE_CHECKS: tuple[str, ...] = ("identity", "content", "auto", "off")
 CHECK_FINITE: tuple[str, ...] = ("raise", "skip", "off")
 LR_SCHEDULES: tuple[str, ...] = ("kl_adaptive", "fixed")
 INITS: tuple[str, ...] = ("orthogonal", "torch", "torch_zero_bias")
+# CPU speed choices (train.kernels.*): "auto" takes omni_sfp.cpu_choices' measurement on this CPU kind, the
+# others force a side. The ELU's sides are omni_sfp.models' ELU_KERNELS; the allocator's are glibc's defaults or
+# omni_sfp.device.keep_freed_memory.
+ELU_CHOICES: tuple[str, ...] = ("auto", "torch", "fast")
+ALLOCATOR_CHOICES: tuple[str, ...] = ("auto", "keep_freed", "glibc")
 # activation name -> the torch.nn class that omni_sfp.models builds for it
 ACTIVATIONS: dict[str, str] = {
     "elu": "ELU",
@@ -325,6 +330,36 @@ TRAIN: tuple[Setting, ...] = (
         "(the decision is printed; omni_sfp/compile_policy.py)",
     ),
     _s(
+        "train.kernels.elu_no_grad",
+        "str",
+        AUTO,
+        "CPU float32 ELU without autograd (rollout, evaluation): torch's F.elu, fast (max(x, exp(min(x,0)) - 1), "
+        "within 2**-23), or auto: measured once per CPU kind (omni_sfp/cpu_choices.py; printed at start)",
+        choices=ELU_CHOICES,
+    ),
+    _s(
+        "train.kernels.elu_autograd",
+        "str",
+        AUTO,
+        "the same choice for the ELU with autograd (the update's minibatches)",
+        choices=ELU_CHOICES,
+    ),
+    _s(
+        "train.kernels.allocator",
+        "str",
+        AUTO,
+        "CPU: keep_freed (glibc mallopt: freed memory is reused, not faulted back in), glibc (its defaults), or "
+        "auto: measured once per CPU kind",
+        choices=ALLOCATOR_CHOICES,
+    ),
+    _s(
+        "train.kernels.threads",
+        "int",
+        0,
+        "CPU: torch threads; 0: auto, torch's default unless half as many is measured clearly faster",
+        minimum=0,
+    ),
+    _s(
         "train.ppo.rollouts",
         "int",
         64,
@@ -387,9 +422,10 @@ TRAIN: tuple[Setting, ...] = (
     ),
     _s(
         "train.ppo.fused_optimizer",
-        "bool",
-        True,
-        "fused Adam: the same update in one kernel (CPU and CUDA); false: skrl's default Adam",
+        "bool_auto",
+        AUTO,
+        "fused Adam: the same update in one kernel; false: skrl's default Adam; auto: fused, unless measured "
+        "clearly slower on this CPU kind (omni_sfp/cpu_choices.py)",
     ),
     _s(
         "train.ppo.time_limit_bootstrap",

@@ -119,7 +119,8 @@ def test_the_default_cartpole_run_decides_eager_after_two_iterations_and_says_wh
     assert f"{second.rollout_s + second.update_s:.2f} s x {100 * cost.saving:.1f}% saved" in lines[0]
     assert runner.auto_compile.decision.compile is False and runner.auto_compile.iteration == 2
     assert not is_compiled(runner.models["policy"].trunk.trunk)
-    assert (runner.run_dir / "notes.txt").read_text() == lines[0] + "\n"
+    notes = (runner.run_dir / "notes.txt").read_text().splitlines()
+    assert notes == [runner.cpu_choices.line(), lines[0]]  # the start's CPU choices, then the decision
 
 
 @pytest.mark.parametrize("separate", [False, True])
@@ -140,6 +141,31 @@ def test_auto_compiles_every_network_when_the_run_pays_it_back(tmp_path, capsys,
     assert all(is_compiled(network) for network in networks)
     tune(progress(3, 1.0))  # decided once
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(("compiled_s", "kept"), [(0.80, True), (0.97, False), (1.20, False)])
+def test_the_compiled_trunk_stays_only_when_its_iteration_is_measured_clearly_faster(
+    tmp_path, capsys, monkeypatch, compiled_s, kept
+):
+    monkeypatch.setitem(MEASURED, ("cpu", False), COST)  # the table says compiling pays
+    runner = runner_for(tmp_path, "max_iterations=302")
+    tune, network = runner.learner.tune, runner.models["policy"].trunk.trunk
+    tune(progress(1, 9.0))
+    tune(progress(2, 1.0))  # decided: compile
+    assert tune.decision.compile and is_compiled(network)
+    capsys.readouterr()
+    tune(progress(3, 25.0))  # the first compiled iteration pays the compile: not the measurement
+    assert tune.kept is None and is_compiled(network) and capsys.readouterr().out == ""
+    tune(progress(4, compiled_s))
+    assert tune.kept is kept and is_compiled(network) is kept
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(
+        f"[omni_sfp] iteration 4: train.models.compile=auto measured: {compiled_s:.2f} s an iteration compiled "
+        "against 1.00 s eager"
+    )
+    assert line.endswith("compiled trunk kept" if kept else "back to eager (a gain under 5% is noise)")
+    tune(progress(5, 0.5))  # checked once
+    assert capsys.readouterr().out == "" and is_compiled(network) is kept
 
 
 def test_a_run_shorter_than_the_eager_iterations_is_decided_at_its_end(tmp_path, capsys):

@@ -112,7 +112,18 @@ def test_init_torch_is_nn_linears_default_and_orthogonal_is_orthogonal(cls):
         cls(BOX_OBS, BOX_ACT, "cpu", init="xavier")
 
 
-def test_elu_is_within_its_bound_of_torchs_with_and_without_autograd():
+@pytest.fixture
+def fast_elu_kernels():
+    """omni_sfp's ELU kernel on both paths (process-wide, as omni_sfp.cpu_choices sets it), then as it was."""
+    from omni_sfp.models import elu_kernels, use_elu_kernels
+
+    before = elu_kernels()
+    use_elu_kernels(no_grad="fast", autograd="fast")
+    yield
+    use_elu_kernels(**before)
+
+
+def test_elu_is_within_its_bound_of_torchs_with_and_without_autograd(fast_elu_kernels):
     import math
 
     import torch.nn.functional as F
@@ -144,3 +155,23 @@ def test_elu_is_within_its_bound_of_torchs_with_and_without_autograd():
         assert torch.equal(ELU(alpha=0.5)(grid), F.elu(grid, alpha=0.5))
         assert torch.equal(elu(grid.double()), F.elu(grid.double()))
         assert torch.equal(torch.jit.script(ELU())(grid), exact)
+
+
+def test_elu_takes_the_kernel_chosen_for_each_path():
+    import torch.nn.functional as F
+
+    from omni_sfp.models import ELU, elu_kernels, fast_elu, use_elu_kernels
+
+    before, grid = elu_kernels(), torch.linspace(-20.0, 2.0, 100_001)
+    try:
+        for no_grad, autograd in (("torch", "fast"), ("fast", "torch")):
+            use_elu_kernels(no_grad=no_grad, autograd=autograd)
+            with torch.no_grad():
+                assert torch.equal(ELU()(grid), fast_elu(grid) if no_grad == "fast" else F.elu(grid))
+            with_grad = ELU()(grid.clone().requires_grad_()).detach()
+            assert torch.equal(with_grad, fast_elu(grid) if autograd == "fast" else F.elu(grid))
+        assert not torch.equal(fast_elu(grid), F.elu(grid))  # the premise: the two kernels differ on this grid
+        with pytest.raises(ValueError, match="ELU kernel autograd='exp' is not one of torch, fast"):
+            use_elu_kernels(no_grad="torch", autograd="exp")
+    finally:
+        use_elu_kernels(**before)

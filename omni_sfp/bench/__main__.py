@@ -152,17 +152,16 @@ def _meta(device: str, threads: int, argv: list[str]) -> dict:
         except PackageNotFoundError:
             return None
 
-    cpu = platform.processor() or "unknown CPU"
-    if Path("/proc/cpuinfo").is_file():
-        models = [
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ]
-        cpu = models[0] if models else cpu
+    from omni_sfp.cpu_choices import cpu_identity, simd_flags
+
+    identity = cpu_identity()
+    kind = ", ".join(
+        f"{k.replace('_number', '')} {identity[k]}" for k in ("family", "model_number", "stepping") if k in identity
+    )
     return {
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        "cpu": cpu,
+        "cpu": identity["model"] + (f" ({kind})" if kind else ""),
+        "cpu_flags": simd_flags(identity),
         "cores": len(os.sched_getaffinity(0)),
         "device": device,
         "threads": threads,

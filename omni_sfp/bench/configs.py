@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 BIG_NETWORK = (2048, 1024, 1024, 512)  # the reference table's network
 
@@ -232,6 +233,12 @@ def select_rows(spec: str, preset: str = "cpu") -> list[Row]:
     return [row for row in ROWS.values() if row.id in wanted]
 
 
+def kernels_info(choices: dict[str, Any], sources: dict[str, str] | None = None) -> dict[str, Any]:
+    """A row's CPU speed choices (omni_sfp.cpu_choices' names) and, for the rows that choose, where each came
+    from ("measured", "cached", "forced", "default: ..."): the report names them for every row."""
+    return {"choices": dict(choices), "sources": dict(sources or {})}
+
+
 # Differences in work that the configuration cannot align, per framework (shown under the table and in docs).
 UNALIGNED: dict[str, list[str]] = {
     "rlgames": [
@@ -260,15 +267,16 @@ UNALIGNED: dict[str, list[str]] = {
     "omni": [
         "with bootstrap on, omni-sfp evaluates V(next obs) on every step, served to the next step's policy and "
         "value calls by the keyed cache (a miss there is a full forward: the double-pass row pays it)",
-        "on CPU in float32, its ELU without autograd (rollout, last values) is max(x, exp(min(x, 0)) - 1), within "
-        "2**-23 of torch's and 38% faster (omni_sfp/models.py ELU); rl_games and skrl use torch's nn.ELU",
-        "on CPU its process keeps freed memory (glibc mallopt, omni_sfp/device.py keep_freed_memory): no page "
-        "faults for every minibatch's activations; rl_games and skrl run with glibc's defaults",
+        "on CPU its ELU kernels (torch's, or max(x, exp(min(x, 0)) - 1) within 2**-23 of it), its allocator (glibc's "
+        "defaults, or keeping freed memory: omni_sfp/device.py keep_freed_memory) and fused Adam are chosen by "
+        "measurement once per CPU kind (omni_sfp/cpu_choices.py; the kernels column says what each row ran with); "
+        "rl_games and skrl use torch's nn.ELU and glibc's defaults",
     ],
     "floor": [
         "only the network's work: the rollout's inference forwards (horizon + 1 per update), then epochs x "
-        "minibatches of forward, backward and a fused Adam step on contiguous slices; no normalisation, GAE, "
-        "clipping or GradScaler; omni-sfp's trunk (its ELU included) and its allocator settings",
+        "minibatches of forward, backward and an Adam step on contiguous slices; no env, sampling, "
+        "log-probabilities of the rollout, normalisation, GAE, shuffling, clipping or GradScaler; omni-sfp's trunk "
+        "and its CPU choices (ELU kernels, allocator, fused Adam)",
     ],
     "ceiling": [
         "the floor's matrix products alone, as bare torch.mm on contiguous operands, each shape at the fastest of "

@@ -3,8 +3,14 @@
 Per update: ``horizon + 1`` inference forwards over all envs (the rollout and the last values), then
 ``epochs x mini_batches`` steps of forward, backward and fused Adam on contiguous slices of a random batch.
 No environment, preprocessing, GAE, clipping or bookkeeping, and the fastest Adam torch has: what this work
-costs on this machine at best, so a row's ratio to it is its framework overhead. Its process keeps freed
-memory as omni-sfp's does (``keep_freed_memory``), so the allocator is not counted as overhead.
+costs on this machine at best, so a row's ratio to it is its framework overhead. It runs with the CPU choices
+omni-sfp's rows make (omni_sfp.cpu_choices: the ELU kernels, the allocator, fused Adam, measured once per CPU
+kind) at the benchmark's thread count, so none of them is counted as overhead.
+
+What it leaves out, and so what a peer row may legitimately spend above it: the env, sampling actions, the
+log-probabilities of the rollout, normalisation, GAE, shuffling (its minibatches are contiguous slices, as
+rl_games' are: skrl's and omni-sfp's are a fresh permutation each epoch), the PPO clipping and the gradient clip.
+A row *below* it does less network work or runs faster kernels: see docs/benchmarks.md, "The floor".
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from omni_sfp.bench.configs import Row, Work
-from omni_sfp.device import keep_freed_memory
+from omni_sfp.bench.configs import Row, Work, kernels_info
+from omni_sfp.cpu_choices import Settings, apply, resolve
 from omni_sfp.models import make_mlp
 
 
@@ -38,10 +44,11 @@ class FloorNet(nn.Module):
 def run_floor(env, work: Work, row: Row, *, on_update: Callable[[], None]) -> dict[str, Any]:
     """Run ``work.total_updates`` updates' worth of network work at the env's sizes; ``on_update`` after each."""
     device = env.device
-    keep_freed_memory(device)
+    choices = resolve(Settings(threads=torch.get_num_threads()), device, mixed_precision=row.mixed_precision)
+    apply(choices, device)
     observation_size, action_size = env.observation_space.shape[0], env.action_space.shape[0]
     net = FloorNet(observation_size, action_size, work).to(device)
-    optimizer = torch.optim.Adam(net.parameters(), lr=work.learning_rate, fused=True)
+    optimizer = torch.optim.Adam(net.parameters(), lr=work.learning_rate, fused=choices.fused_adam)
     rollout_observations = torch.randn(work.num_envs, observation_size, device=device)
     observations = torch.randn(work.batch_size, observation_size, device=device)
     actions = torch.randn(work.batch_size, action_size, device=device)
@@ -67,4 +74,4 @@ def run_floor(env, work: Work, row: Row, *, on_update: Callable[[], None]) -> di
                 loss.backward()
                 optimizer.step()
         on_update()
-    return {"fused_adam": True}
+    return {"fused_adam": choices.fused_adam, "kernels": kernels_info(choices.as_dict(), choices.sources)}

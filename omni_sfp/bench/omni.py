@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 
-from omni_sfp.bench.configs import Row, Work
+from omni_sfp.bench.configs import Row, Work, kernels_info
 from omni_sfp.config import load_config
-from omni_sfp.device import keep_freed_memory, resolve_device
+from omni_sfp.cpu_choices import apply_config
+from omni_sfp.device import resolve_device
 from omni_sfp.loop import Learner
 from omni_sfp.runner import build_agent, build_models
 
@@ -19,7 +21,8 @@ def _flag(value: bool) -> str:
 
 
 def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
-    """The training config of a row as ``python -m omni_sfp.train`` overrides, validated like any user's."""
+    """The training config of a row as ``python -m omni_sfp.train`` overrides, validated like any user's. The
+    thread count is the benchmark's (every row runs with the same); the other CPU choices are ``auto``."""
     return load_config(
         [
             f"task={work.task}",
@@ -27,6 +30,7 @@ def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
             f"device={device}",
             f"seed={seed}",
             f"max_iterations={work.total_updates}",
+            f"train.kernels.threads={torch.get_num_threads()}",
             f"train.models.units=[{','.join(map(str, work.units))}]",
             f"train.models.activation={work.activation}",
             f"train.models.compile={_flag(row.compile)}",
@@ -59,12 +63,16 @@ def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Ca
     """Train ``work.total_updates`` updates with omni-sfp on ``env``; ``on_update`` after each."""
     cfg = omni_config(work, row, device=device, seed=seed)
     torch_device = resolve_device(cfg.device)
-    keep_freed_memory(torch_device)  # as the Runner does
+    choices = apply_config(cfg, torch_device)  # as the Runner does: measured once per CPU kind, then cached
     models = build_models(cfg, env, torch_device)
     agent = build_agent(cfg, env, models, torch_device, run_dir=None)
     Learner(env, agent, iterations=work.total_updates, log=lambda progress, losses: on_update()).learn()
     # fused Adam: train.ppo.fused_optimizer, where present
-    info = {"fused_adam": bool(agent.optimizer.defaults.get("fused")), "torch_compile": row.compile}
+    info = {
+        "fused_adam": bool(agent.optimizer.defaults.get("fused")),
+        "torch_compile": row.compile,
+        "kernels": kernels_info(choices.as_dict(), choices.sources),
+    }
     if row.single_forward_pass:
         info["sfp_hit_rate"] = agent.sfp_share_rate
     return info

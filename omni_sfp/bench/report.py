@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_sfp.bench.configs import UNALIGNED, Row, Work
+from omni_sfp.cpu_choices import SIMD_FLAGS
 
 FP32_TARGET_SMALL_NETWORK = (256, 128, 64)  # issue 7 asks more of the fp32 ratio on this network
 
@@ -153,6 +154,25 @@ def _x(value: float | None, base_id: str, row_id: str) -> str:
     return "" if value is None else f"{value:.3f}x"
 
 
+def kernels_note(infos: list[dict[str, Any]]) -> str:
+    """The CPU choices a row ran with (omni_sfp.cpu_choices), e.g. ``ELU torch/fast, keep_freed, fused Adam, 2
+    threads`` (ELU without / with autograd); ``varied`` where its repetitions differed; empty where none apply."""
+    seen = {json.dumps(info["kernels"]["choices"], sort_keys=True) for info in infos if "kernels" in info}
+    if not seen:
+        return ""
+    if len(seen) > 1:
+        return "varied: " + "; ".join(kernels_text(json.loads(choices)) for choices in sorted(seen))
+    return kernels_text(json.loads(seen.pop()))
+
+
+def kernels_text(choices: dict[str, Any]) -> str:
+    adam = "fused Adam" if choices["fused_adam"] else "Adam loop"
+    return (
+        f"ELU {choices['elu_no_grad']}/{choices['elu_autograd']}, {choices['allocator']}, {adam}, "
+        f"{choices['threads']} thread{'s' if choices['threads'] != 1 else ''}"
+    )
+
+
 def _notes(entry: dict[str, Any]) -> str:
     notes = [] if entry["effective_precision"] in ("fp32", "bf16 autocast") else [entry["effective_precision"]]
     hits = [info["sfp_hit_rate"] for info in entry["info"] if "sfp_hit_rate" in info]
@@ -173,6 +193,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"- machine: {meta['cpu']}, {meta['cores']} cores, device {meta['device']}, torch threads {meta['threads']}, "
         f"load average {meta['load_before']:.2f} before / {meta['load_after']:.2f} after",
+        f"- CPU flags that decide the kernels: {' '.join(meta.get('cpu_flags') or []) or 'none of ' + ', '.join(SIMD_FLAGS)}",
         f"- versions: python {meta['python']}, torch {meta['torch']}, skrl {meta['skrl']}, rl_games {meta['rl_games']}",
         f"- command: `{meta['command']}`",
         f"- env: {meta['env']}",
@@ -185,8 +206,8 @@ def markdown(report: dict[str, Any]) -> str:
         "each run in a fresh process; medians [min-max]",
         "",
         "| configuration | precision | s/run | s/update | rollout SPS | learning s/update | vs rl_games mixed | "
-        "vs rl_games fp32 | vs floor | TFLOP/s | of ceiling | SFP speedup | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "vs rl_games fp32 | vs floor | TFLOP/s | of ceiling | SFP speedup | kernels | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in report["rows"]:
         run, upd = e["run_s"], e["update_s"]
@@ -201,7 +222,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{upd['median']:.3f} [{upd['min']:.3f}-{upd['max']:.3f}] | {sps} | {learning} | "
             f"{_x(e['vs_rlgames_mixed'], 'rlgames-mixed', e['id'])} | "
             f"{_x(e['vs_rlgames_fp32'], 'rlgames-fp32', e['id'])} | "
-            f"{vs_floor} | {tflops} | {of_ceiling} | {speedup} | {_notes(e)} |"
+            f"{vs_floor} | {tflops} | {of_ceiling} | {speedup} | {kernels_note(e['info'])} | {_notes(e)} |"
         )
     if report["targets"]:
         lines += [

@@ -18,7 +18,7 @@ from rl_games.common.algo_observer import AlgoObserver
 from rl_games.common.ivecenv import IVecEnv
 from rl_games.torch_runner import Runner
 
-from omni_sfp.bench.configs import Row, Work
+from omni_sfp.bench.configs import Row, Work, kernels_info
 
 ENV_NAME = "omni_sfp_bench"
 
@@ -181,4 +181,7 @@ def run_rlgames(
     )
     runner.reset()
     runner.run({"train": True, "play": False, "checkpoint": "", "sigma": None})
-    return {"torch_compile": compile_model, "fused_adam": True}  # rl_games 1.6.5 always builds Adam(fused=True)
+    # rl_games 1.6.5 always builds Adam(fused=True) and torch's nn.ELU; its process keeps glibc's malloc defaults
+    kernels = {"elu_no_grad": "torch", "elu_autograd": "torch", "allocator": "glibc", "fused_adam": True}
+    kernels["threads"] = torch.get_num_threads()
+    return {"torch_compile": compile_model, "fused_adam": True, "kernels": kernels_info(kernels)}

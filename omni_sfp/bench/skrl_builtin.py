@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from skrl.agents.torch.ppo import PPO
 from skrl.memories.torch import RandomMemory
 from skrl.models.torch import Model
@@ -13,7 +14,7 @@ from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.trainers.torch import SequentialTrainer, SequentialTrainerCfg
 from skrl.utils.model_instantiators.torch import shared_model
 
-from omni_sfp.bench.configs import Row, Work
+from omni_sfp.bench.configs import Row, Work, kernels_info
 from omni_sfp.bench.omni import omni_config
 from omni_sfp.device import resolve_device
 from omni_sfp.runner import ppo_cfg
@@ -94,4 +95,7 @@ def run_skrl_builtin(
         close_environment_at_exit=False,
     )
     SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
-    return {"fused_adam": bool(agent.optimizer.defaults.get("fused"))}
+    fused = bool(agent.optimizer.defaults.get("fused"))
+    kernels = {"elu_no_grad": "torch", "elu_autograd": "torch", "allocator": "glibc", "fused_adam": fused}
+    kernels["threads"] = torch.get_num_threads()  # skrl's nn.ELU, glibc's malloc defaults
+    return {"fused_adam": fused, "kernels": kernels_info(kernels)}

@@ -68,6 +68,11 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
         assert run["threads"] == 1, row_id
     assert quick_runs["omni-sfp-fp32"]["info"]["sfp_hit_rate"] == 1.0
     assert "sfp_hit_rate" not in quick_runs["omni-double-fp32"]["info"]
+    for row_id, run in quick_runs.items():  # every row names the CPU choices it ran with
+        if ROWS[row_id].framework != "ceiling":
+            assert run["info"]["kernels"]["choices"]["threads"] == 1, row_id
+    omni = quick_runs["omni-sfp-fp32"]["info"]["kernels"]
+    assert omni["sources"]["threads"] == "forced" and omni["sources"]["elu_autograd"] in ("measured", "cached")
 
     rows = [ROWS[r] for r in expected]
     entries = report.summarize(rows, {r: [run] for r, run in quick_runs.items()}, QUICK)
@@ -91,11 +96,15 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
             "rl_games": "r",
             "command": "python -m omni_sfp.bench --quick",
             "env": "ConstantCost",
+            "cpu_flags": ["avx2", "avx512f"],
         },
     }
     paths = report.save(document, tmp_path / "bench")
     assert all(p.is_file() for p in paths)
     table = paths[1].read_text()
+    assert "- CPU flags that decide the kernels: avx2 avx512f" in table
+    floor = quick_runs["floor-fp32"]["info"]["kernels"]["choices"]
+    assert f"| {report.kernels_text(floor)} |" in table and "ELU torch/torch, glibc, fused Adam, 1 thread" in table
     assert all(f"| {ROWS[r].label} |" in table for r in expected)
     for entry in json.loads(paths[0].read_text())["rows"]:
         for key in ("run_s", "update_s"):
@@ -123,7 +132,15 @@ def test_rlgames_is_driven_the_oige_way_with_compile_off_and_max_steps_unset(qui
     assert config["max_epochs"] == QUICK.total_updates and config["lr_schedule"] is None
     assert config["minibatch_size"] == QUICK.minibatch_size and config["mini_epochs"] == QUICK.epochs
     assert quick_runs["rlgames-mixed"]["precision"] == "fp32 (rl_games' mixed precision is CUDA-only)"
-    assert quick_runs["rlgames-fp32"]["info"] == {"torch_compile": False, "fused_adam": True}
+    info = quick_runs["rlgames-fp32"]["info"]
+    assert (info["torch_compile"], info["fused_adam"]) == (False, True)
+    assert info["kernels"]["choices"] == {
+        "elu_no_grad": "torch",
+        "elu_autograd": "torch",
+        "allocator": "glibc",
+        "fused_adam": True,
+        "threads": 1,
+    }
 
 
 def _fake(seconds, precision="fp32"):
@@ -271,3 +288,15 @@ def test_work_rejects_a_rollout_that_does_not_split_into_minibatches():
         Work(
             units=(8,), num_envs=3, horizon=5, updates=1, warmup_updates=1, epochs=1, minibatch_size=4, episode_length=5
         ).check()
+
+
+def test_the_kernels_column_names_each_rows_choices_and_says_when_repetitions_differed():
+    one = {"elu_no_grad": "fast", "elu_autograd": "torch", "allocator": "keep_freed", "fused_adam": True, "threads": 2}
+    other = {**one, "threads": 1, "fused_adam": False}
+    assert (
+        report.kernels_note([{"kernels": {"choices": one}}] * 2) == "ELU fast/torch, keep_freed, fused Adam, 2 threads"
+    )
+    assert report.kernels_note([{"kernels": {"choices": one}}, {"kernels": {"choices": other}}]).startswith(
+        "varied: ELU fast/torch, keep_freed, Adam loop, 1 thread; "
+    )
+    assert report.kernels_note([{}]) == ""  # the ceiling: bare matrix products, no choices
