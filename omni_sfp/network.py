@@ -277,7 +277,7 @@ def from_rlgames(network: Mapping[str, Any], *, central_value: Mapping[str, Any]
             "and a recurrent trunk's output depends on a hidden state)"
         )
     space = network.get("space") or {}
-    if "continuous" in space:
+    if "continuous" in space or not space:  # rl_games' A2C default: continuous
         policy_cls = "GaussianMixin"
     elif "discrete" in space:
         policy_cls = "CategoricalMixin"
@@ -288,7 +288,7 @@ def from_rlgames(network: Mapping[str, Any], *, central_value: Mapping[str, Any]
     containers = _rlgames_containers(network, "OBSERVATIONS", "params.network")
     policy: dict[str, Any] = {"class": policy_cls, "network": containers, "output": "ACTIONS"}
     if policy_cls == "GaussianMixin":
-        continuous = space["continuous"] or {}
+        continuous = space.get("continuous") or {}
         if not continuous.get("fixed_sigma", True):
             raise NetworkSpecError(
                 "params.network.space.continuous.fixed_sigma: false (a state-dependent sigma) is not supported"

@@ -278,7 +278,7 @@ def rlgames_settings(
     mlp = network.get("mlp", {}) or {}
     space = network.get("space", {}) or {}
     central = config.get("central_value_config")
-    if network.get("cnn") or network.get("rnn") or "continuous" not in space or central:
+    if network.get("cnn") or network.get("rnn") or (space and "continuous" not in space) or central:
         out += _rlgames_network(network, central, train_file)
     else:
         if mlp.get("units"):
