@@ -130,11 +130,11 @@ def _plain(value: Any) -> Any:
 def isaaclab_settings(task: str) -> list[Setting]:
     """Isaac Lab id ``task``'s registered skrl config and ``scene.num_envs`` on omni_sfp's keys."""
     import gymnasium
-    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
+    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry, parse_env_cfg
 
     kwargs = gymnasium.spec(task).kwargs
     out = []
-    env_cfg = load_cfg_from_registry(task, "env_cfg_entry_point")
+    env_cfg = parse_env_cfg(task)  # resolves a presets container (Isaac-Cartpole-Camera-Direct) as Isaac Lab does
     env_source = kwargs["env_cfg_entry_point"]
     env_source = env_source if isinstance(env_source, str) else getattr(env_source, "__qualname__", str(env_source))
     out.append(Setting("task.env.num_envs", int(env_cfg.scene.num_envs), f"{env_source}: scene.num_envs"))

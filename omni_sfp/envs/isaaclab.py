@@ -110,9 +110,9 @@ def check_id(name: str) -> None:
 
 def is_multi_agent(name: str) -> bool:
     from isaaclab.envs import DirectMARLEnvCfg
-    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
+    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
 
-    return isinstance(load_cfg_from_registry(name, "env_cfg_entry_point"), DirectMARLEnvCfg)
+    return isinstance(parse_env_cfg(name), DirectMARLEnvCfg)  # resolved as Isaac Lab does: presets included
 
 
 def version_text() -> str:
