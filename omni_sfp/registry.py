@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from omni_sfp.config import ConfigError
+
 if TYPE_CHECKING:
     import torch
     from skrl.envs.wrappers.torch import Wrapper
@@ -58,6 +60,19 @@ class TaskSpec:
 
 class UnknownTaskError(ValueError):
     """No registered task (or Gymnasium id) has this name."""
+
+
+class MissingDependencyError(ConfigError):
+    """A task needs a package that is not installed; one line naming the package and how to install it."""
+
+
+# packages a task's env imports that an extra or a pip command provides, by top-level module name
+INSTALL_HINTS = {
+    "Box2D": 'pip install swig && pip install "gymnasium[box2d]"',
+    "mujoco": 'pip install -e ".[mujoco]"',
+    "trimesh": "pip install trimesh (Isaac Lab's terrain generator needs it)",
+    "imageio": 'pip install -e ".[video]"',
+}
 
 
 _TASKS: dict[str, TaskSpec] = {}
@@ -157,12 +172,25 @@ def make_env(
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
     spec = get_task(name)
     cfg = {**spec.kwargs, **(task_cfg or {})}
-    factory = _import_entry_point(spec.entry_point)
-    if spec.kind == "embedded":
-        return _make_embedded_env(spec, factory, num_envs, device, seed, cfg)
-    if spec.kind == "gymnasium":
-        return _make_gymnasium_env(spec, factory, num_envs, device, seed, cfg)
-    return factory(name, num_envs=num_envs, device=device, seed=seed, headless=headless, task_cfg=cfg)
+    try:
+        factory = _import_entry_point(spec.entry_point)
+        if spec.kind == "embedded":
+            return _make_embedded_env(spec, factory, num_envs, device, seed, cfg)
+        if spec.kind == "gymnasium":
+            return _make_gymnasium_env(spec, factory, num_envs, device, seed, cfg)
+        return factory(name, num_envs=num_envs, device=device, seed=seed, headless=headless, task_cfg=cfg)
+    except ModuleNotFoundError as error:  # an optional package the task's env imports
+        package = (error.name or "").partition(".")[0]
+        if not package:
+            raise
+        how = INSTALL_HINTS.get(package, f"pip install {package}")
+        raise MissingDependencyError(
+            f"task {name!r} needs the Python package {package!r}, which is not installed: {how}"
+        ) from None
+    except Exception as error:
+        if type(error).__name__ != "DependencyNotInstalled":  # gymnasium.error's, raised by an env's constructor
+            raise
+        raise MissingDependencyError(f"task {name!r}: {' '.join(str(error).split())}") from None
 
 
 def _import_entry_point(entry_point: str) -> Any:
@@ -186,6 +214,17 @@ def _gymnasium_spec(name: str) -> TaskSpec:
     import gymnasium
 
     gym_id = name[len(GYM_PREFIX) :]
+    module, _, env_id = gym_id.rpartition(":")
+    if module:  # gym:<module>:<Id>: the module registers the id when imported, as gymnasium.make resolves it
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UnknownTaskError(f"task {name!r}: cannot import module {module!r} ({error})") from None
+        if env_id not in gymnasium.registry:
+            close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise UnknownTaskError(f"task {name!r}: module {module!r} registers no Gymnasium id {env_id!r}{hint}")
+        return TaskSpec(name, "gymnasium", "gymnasium:make_vec", f"Gymnasium {env_id} from {module}")
     if gym_id not in gymnasium.registry:
         close = difflib.get_close_matches(gym_id, list(gymnasium.registry), n=3)
         hint = f"; did you mean {' or '.join(repr(GYM_PREFIX + c) for c in close)}?" if close else ""
@@ -202,7 +241,7 @@ def _make_gymnasium_env(
 
     # same-step autoreset: a finished env returns its next episode's first observation, as the embedded tasks do
     vector_env = make_vec(
-        spec.name[len(GYM_PREFIX) :],
+        spec.name[len(GYM_PREFIX) :].rpartition(":")[2],  # gym:<module>:<Id>: the module is imported already
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},

@@ -136,3 +136,51 @@ def test_a_task_source_that_fails_to_load_is_named_where_its_tasks_are_missing(m
     assert "no_such_module_xyz" in str(error.value).split("not loaded:")[1] and "\n" not in str(error.value)
     assert list_tasks_cli.main([]) == 0
     assert "not loaded: task source 'broken'" in capsys.readouterr().err
+
+
+def test_gym_module_id_imports_the_module_then_resolves_the_id(tmp_path, monkeypatch):
+    """``gym:<module>:<Id>``, as ``gymnasium.make`` resolves it; before: "unknown Gymnasium id"."""
+    (tmp_path / "omni_sfp_user_envs.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('UserCartPole-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv',"
+        " max_episode_steps=50)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = registry.get_task("gym:omni_sfp_user_envs:UserCartPole-v0")
+    assert spec.kind == "gymnasium"
+    env = registry.make_env(spec.name, num_envs=2, device="cpu", seed=0)
+    assert env.num_envs == 2 and env.action_space.n == 2
+    env.close()
+    with pytest.raises(registry.UnknownTaskError, match="registers no Gymnasium id 'UserCartPol-v0'"):
+        registry.get_task("gym:omni_sfp_user_envs:UserCartPol-v0")
+    with pytest.raises(registry.UnknownTaskError, match="cannot import module 'omni_sfp_no_such_module'"):
+        registry.get_task("gym:omni_sfp_no_such_module:X-v0")
+
+
+def test_a_missing_optional_package_is_one_line_naming_it(tmp_path, monkeypatch):
+    """An env whose constructor imports a package that is not installed (Isaac Lab's terrain and trimesh)."""
+    (tmp_path / "omni_sfp_needs_pkg.py").write_text(
+        "import gymnasium\n"
+        "class NeedsPackage(gymnasium.Env):\n"
+        "    def __init__(self):\n"
+        "        import omni_sfp_absent_package  # noqa: F401\n"
+        "gymnasium.register('NeedsPackage-v0', entry_point=NeedsPackage)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(registry.MissingDependencyError, match="'omni_sfp_absent_package', which is not installed"):
+        registry.make_env("gym:omni_sfp_needs_pkg:NeedsPackage-v0", num_envs=1, device="cpu", seed=0)
+
+
+def test_lunar_lander_without_box2d_says_how_to_install_it(capsys):
+    pytest.importorskip("gymnasium")
+    try:
+        import Box2D  # noqa: F401
+
+        pytest.skip("Box2D is installed here")
+    except ImportError:
+        pass
+    from omni_sfp.train import main
+
+    assert main(["task=gym:LunarLander-v3", "num_envs=2"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "Box2D is not installed" in line and "gymnasium[box2d]" in line
