@@ -130,6 +130,14 @@ def policy_network(policy: nn.Module) -> nn.Module:
             del module.forward
         return module
 
+    from omni_sfp.network import NetworkSpecError, deterministic_policy
+
+    try:
+        spec_built = deterministic_policy(policy)  # a network built from a spec (CNN, discrete actions, ...)
+    except NetworkSpecError as error:
+        raise ExportError(str(error)) from None
+    if spec_built is not None:
+        return spec_built
     if isinstance(policy, SharedActorCritic):
         return nn.Sequential(plain(policy.trunk.trunk), policy.policy_head)
     if isinstance(policy, GaussianActor):
@@ -149,9 +157,15 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
     """
     import gymnasium
 
-    if not isinstance(action_space, gymnasium.spaces.Box):
-        raise ExportError(f"cannot export a policy for a {type(action_space).__name__} action space (only Box)")
-    network = copy.deepcopy(policy_network(policy)).to("cpu", torch.float32).eval()
+    discrete = isinstance(action_space, gymnasium.spaces.Discrete | gymnasium.spaces.MultiDiscrete)
+    if not isinstance(action_space, gymnasium.spaces.Box) and not discrete:
+        raise ExportError(
+            f"cannot export a policy for a {type(action_space).__name__} action space (Box, Discrete, MultiDiscrete)"
+        )
+    source = policy_network(policy)
+    if discrete and getattr(source, "kind", "GaussianMixin") == "GaussianMixin":
+        raise ExportError(f"cannot export a Gaussian policy for a {type(action_space).__name__} action space")
+    network = copy.deepcopy(source).to("cpu", torch.float32).eval()
     for parameter in network.parameters():
         parameter.requires_grad_(False)
     mean = variance = None
@@ -165,8 +179,12 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
         mean = observation_preprocessor.running_mean.detach().cpu()
         variance = observation_preprocessor.running_variance.detach().cpu()
         epsilon, clip_threshold = observation_preprocessor.epsilon, observation_preprocessor.clip_threshold
-    low = torch.as_tensor(np.asarray(action_space.low, dtype=np.float32)).flatten()
-    high = torch.as_tensor(np.asarray(action_space.high, dtype=np.float32)).flatten()
+    if discrete:  # argmax indices: nothing to clip
+        size = 1 if isinstance(action_space, gymnasium.spaces.Discrete) else len(action_space.nvec)
+        low, high = torch.full((size,), -float("inf")), torch.full((size,), float("inf"))
+    else:
+        low = torch.as_tensor(np.asarray(action_space.low, dtype=np.float32)).flatten()
+        high = torch.as_tensor(np.asarray(action_space.high, dtype=np.float32)).flatten()
     return DeployedPolicy(network, mean, variance, epsilon, clip_threshold, low, high).eval()
 
 
@@ -191,6 +209,8 @@ def export_policy(
             "export=true writes policy.onnx with the onnx package, which is not installed: "
             "pip install 'omni-sfp[export]'"
         )
+    from omni_sfp.network import DeterministicPolicy
+
     module = deployed_policy(policy, observation_preprocessor, action_space)
     size = int(observation_size if observation_size is not None else policy.num_observations)
     folder = Path(folder)
@@ -199,7 +219,10 @@ def export_policy(
         warnings.simplefilter(
             "ignore", DeprecationWarning
         )  # torch 2.13 deprecates TorchScript; deployers still load it
-        scripted = torch.jit.script(module)
+        if isinstance(module.network, DeterministicPolicy):  # its parsed expressions run in Python: trace it
+            scripted = torch.jit.trace(module, torch.zeros(2, size), check_trace=False)
+        else:
+            scripted = torch.jit.script(module)
     torchscript = _atomic(folder / "policy.pt", lambda tmp: scripted.save(str(tmp)))
     example = torch.zeros(2, size)
 

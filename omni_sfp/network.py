@@ -899,6 +899,36 @@ POLICY_MODELS = {
 }
 
 
+class DeterministicPolicy(nn.Module):
+    """A spec-built policy's deterministic path for deployment, outside the cache: flat observations in, the mean
+    action (Gaussian) or each sub-space's argmax (Categorical, MultiCategorical; int64) out. Its trunk runs the
+    parsed expressions in Python, so it is traced (``torch.jit.trace``, ONNX), not scripted."""
+
+    def __init__(self, model: _SpecModel) -> None:
+        super().__init__()
+        self.trunk = _unwrap(model.policy_trunk)
+        self.head = model.policy_head
+        self.kind = model.policy_cls
+        self.parts = [int(n) for n in model.action_space.nvec] if self.kind == "MultiCategoricalMixin" else []
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        logits = self.head(self.trunk(observations, None))
+        if self.kind == "GaussianMixin":
+            return logits
+        if self.kind == "CategoricalMixin":
+            return logits.argmax(dim=-1, keepdim=True)
+        return torch.stack([part.argmax(dim=-1) for part in torch.split(logits, self.parts, dim=-1)], dim=-1)
+
+
+def deterministic_policy(model: Model) -> DeterministicPolicy | None:
+    """:class:`DeterministicPolicy` of a spec-built policy; None for another model."""
+    if not isinstance(model, _SpecModel) or not hasattr(model, "policy_head"):
+        return None
+    if _unwrap(model.policy_trunk).source != "observations":
+        raise NetworkSpecError("cannot export a policy that reads states: a deployed policy sees observations only")
+    return DeterministicPolicy(model)
+
+
 def build_models(
     spec: NetworkSpec,
     observation_space: gymnasium.Space,

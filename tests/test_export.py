@@ -167,7 +167,42 @@ def test_export_copies_the_model_and_refuses_what_it_cannot_export(tmp_path):
     assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items()), "the export must not alias the model"
     assert policy.trunk.trunk[0].weight.requires_grad
 
-    with pytest.raises(ExportError, match="Discrete action space"):
+    with pytest.raises(ExportError, match="Gaussian policy for a Discrete action space"):
         deployed_policy(policy, None, gymnasium.spaces.Discrete(3))
     with pytest.raises(ExportError, match="cannot export a Linear"):
         deployed_policy(nn.Linear(4, 1), None, action_space)
+
+
+@pytest.mark.parametrize("kind", ["camera", "discrete", "multidiscrete"])
+def test_spec_built_policies_export_their_deterministic_actions(tmp_path, kind):
+    """A CNN on images, argmax for Discrete and MultiDiscrete: both files give the live model's deterministic
+    actions (before: ``cannot export a CategoricalSpecActorCritic``, ``only Box``)."""
+    import gymnasium
+    import onnxruntime
+
+    from omni_sfp import network
+    from tests.test_network import CAMERA_MODELS
+
+    box = gymnasium.spaces.Box(-1.0, 1.0, (3,))
+    if kind == "camera":
+        obs, act = gymnasium.spaces.Box(0.0, 1.0, (6, 48, 48)), gymnasium.spaces.Box(-0.5, 0.5, (1,))
+        models = CAMERA_MODELS
+    else:
+        obs = box
+        act = gymnasium.spaces.Discrete(4) if kind == "discrete" else gymnasium.spaces.MultiDiscrete([3, 2])
+        models = network.default_spec(
+            obs, act, units=[16], activation="elu", separate=False, initial_log_std=0, task="t"
+        )
+    policy = network.build_models(network.parse(models), obs, act, torch.device("cpu"))["policy"]
+    x = torch.randn(5, gymnasium.spaces.flatdim(obs))
+    with torch.no_grad():
+        _, outputs = policy.act({"observations": x}, role="policy")
+    expected = outputs["mean_actions"]
+    if kind == "camera":
+        expected = expected.clamp(-0.5, 0.5)
+    exported = export_policy(policy, None, act, tmp_path)
+    scripted = torch.jit.load(str(exported.torchscript))
+    torch.testing.assert_close(scripted(x), expected)
+    session = onnxruntime.InferenceSession(str(exported.onnx))
+    (onnx_actions,) = session.run(None, {"observations": x.numpy()})
+    np.testing.assert_allclose(onnx_actions, expected.numpy(), rtol=1e-4, atol=1e-5)

@@ -141,3 +141,27 @@ def test_a_network_that_does_not_build_is_one_line_and_exit_2(tmp_path, capsys, 
     assert main(["task=Cartpole", "num_envs=4", f"runs_dir={tmp_path}", f"train.models.network={network}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0], err
+
+
+@pytest.mark.slow
+def test_a_discrete_task_records_exports_plays_and_resumes_through_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    def train(*args):
+        result = subprocess.run(
+            [sys.executable, "-m", "omni_sfp.train", "task=gym:CartPole-v1", "num_envs=8", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    out = train("max_iterations=2", f"runs_dir={tmp_path}", "export=true", "video=true", "video_length=20")
+    assert "SFP cache hits: 100.0%" in out
+    (run,) = tmp_path.glob("gym_CartPole-v1/*")
+    assert (run / "exported" / "policy.onnx").is_file() and any((run / "videos" / "train").iterdir())
+    assert "mean return (deterministic)" in train("test=true", f"checkpoint={run}")
+    assert "SFP cache hits: 100.0%" in train("resume=true", f"checkpoint={run}", "max_iterations=3")
