@@ -36,10 +36,11 @@ class TaskRow:
 
     name: str
     kind: str
-    observations: int | None
-    actions: int | None
+    observations: int | str | None  # a flat size, or a shape / space in words ("6x96x96", "Discrete(2)")
+    actions: int | str | None
     config: str
     description: str = ""
+    states: int | str | None = None  # a privileged critic's state, where the task has one
 
 
 def embedded_rows() -> list[TaskRow]:
@@ -175,8 +176,9 @@ def isaaclab_rows() -> list[TaskRow]:
         sources = [_entry_name(entry)] if entry is not None else []
         if kwargs.get("skrl_cfg_entry_point") is not None:
             sources.append(_entry_name(kwargs["skrl_cfg_entry_point"]))
-        observations, actions = _isaaclab_sizes(entry)
-        rows.append(TaskRow(task_id, "isaaclab", observations, actions, " + ".join(sources) or "-", "Isaac Lab"))
+        observations, actions, states = _isaaclab_sizes(entry)
+        config = " + ".join(sources) or "-"
+        rows.append(TaskRow(task_id, "isaaclab", observations, actions, config, "Isaac Lab", states=states))
     return rows
 
 
@@ -186,7 +188,7 @@ def _entry_name(entry: Any) -> str:
     return f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', type(entry).__name__)}"
 
 
-def _isaaclab_sizes(entry: Any) -> tuple[int | None, int | None]:
+def _isaaclab_sizes(entry: Any) -> tuple[int | str | None, int | str | None, int | str | None]:
     """A direct workflow's env config states ``observation_space`` and ``action_space`` as ints (on an instance:
     ``@configclass`` makes every default a factory); others: None."""
     cfg_class = entry
@@ -195,15 +197,43 @@ def _isaaclab_sizes(entry: Any) -> tuple[int | None, int | None]:
         try:
             cfg_class = getattr(importlib.import_module(module_name), attr)
         except Exception:  # a task module that needs more than this machine has: list it without sizes
-            return None, None
+            return None, None, None
     cfg = cfg_class
     if isinstance(cfg_class, type) and not hasattr(cfg_class, "observation_space"):
         try:  # Isaac Lab's @configclass turns defaults into default factories: only an instance has them
             cfg = cfg_class()
         except Exception:
-            return None, None
-    sizes = [getattr(cfg, key, None) for key in ("observation_space", "action_space")]
-    return tuple(s if isinstance(s, int) and not isinstance(s, bool) else None for s in sizes)
+            return None, None, None
+    if not hasattr(cfg, "observation_space") and hasattr(cfg, "default"):  # a presets container: its default
+        cfg = cfg.default
+    observation_space = getattr(cfg, "observation_space", None)
+    frames = getattr(cfg, "frame_stack", 1)
+    if isinstance(observation_space, list) and isinstance(frames, int) and frames > 1:  # stacked at env init
+        observation_space = [observation_space[0] * frames, *observation_space[1:]]
+    observations, actions, states = (
+        size_text(space)
+        for space in (observation_space, getattr(cfg, "action_space", None), getattr(cfg, "state_space", None))
+    )
+    return observations, actions, states
+
+
+def size_text(space: Any) -> int | str | None:
+    """A size as Isaac Lab's configs state it: an int as is, a shape as ``6x96x96``, a Gymnasium space in words
+    (``Discrete(2)``, ``MultiDiscrete([3 2])``); None when unknown or zero (no state)."""
+    if isinstance(space, bool) or space is None:
+        return None
+    if isinstance(space, int):
+        return space or None
+    if isinstance(space, list | tuple) and space and all(isinstance(d, int) for d in space):
+        return "x".join(map(str, space))
+    if type(space).__module__.startswith("gymnasium"):
+        shape = getattr(space, "shape", None)
+        if type(space).__name__ == "Box" and shape:
+            return "x".join(map(str, shape)) if len(shape) > 1 else int(shape[0])
+        return str(space) if type(space).__name__ != "Box" else None
+    if isinstance(space, set) and len(space) == 1:  # Isaac Lab's shorthand for Discrete: {n}
+        return f"Discrete({next(iter(space))})"
+    return None
 
 
 def gymnasium_rows() -> list[TaskRow]:
@@ -224,11 +254,14 @@ def rows(kind: str | None = None) -> list[TaskRow]:
 
 
 def format_table(listing: list[TaskRow]) -> str:
-    def size(value: int | None) -> str:
+    def size(value: int | str | None) -> str:
         return "-" if value is None else str(value)
 
+    def observations(row: TaskRow) -> str:
+        return size(row.observations) + (f" + states {row.states}" if row.states is not None else "")
+
     header = ("task", "kind", "obs", "act", "config")
-    lines = [(r.name, r.kind, size(r.observations), size(r.actions), r.config) for r in listing]
+    lines = [(r.name, r.kind, observations(r), size(r.actions), r.config) for r in listing]
     widths = [max(len(line[i]) for line in [header, *lines]) for i in range(4)]
 
     def render(line: tuple[str, ...]) -> str:

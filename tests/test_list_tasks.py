@@ -159,3 +159,26 @@ def test_isaaclab_ids_are_listed_when_isaaclab_tasks_is_installed(tmp_path, monk
 
 def test_nothing_is_listed_for_simulators_that_are_not_installed():
     assert list_tasks.isaaclab_rows() == [] and list_tasks.oige_rows() == []
+
+
+def test_sizes_of_images_discrete_spaces_states_and_presets_are_listed():
+    """Before: only int sizes showed; a camera task's [3, 96, 96] and a presets container listed as '-'."""
+    import gymnasium
+
+    from omni_sfp.list_tasks import _isaaclab_sizes, size_text
+
+    assert size_text([3, 96, 96]) == "3x96x96" and size_text(4) == 4 and size_text(0) is None
+    assert size_text(gymnasium.spaces.Discrete(2)) == "Discrete(2)" and size_text({3}) == "Discrete(3)"
+    assert size_text(gymnasium.spaces.Box(0, 1, (64, 64, 3))) == "64x64x3"
+
+    class Camera:  # Isaac Lab's camera env config: single-frame channels, stacked at env init
+        observation_space, action_space, state_space, frame_stack = [3, 96, 96], 1, 4, 2
+
+    class Presets:  # a presets container (what parse_env_cfg resolves): its default preset is listed
+        default = Camera()
+
+    assert _isaaclab_sizes(Presets) == ("6x96x96", 1, 4)
+    from omni_sfp.list_tasks import TaskRow, format_table
+
+    table = format_table([TaskRow("Isaac-Cam", "isaaclab", "6x96x96", 1, "cfg", states=4)])
+    assert "6x96x96 + states 4" in table
