@@ -267,7 +267,7 @@ def from_rlgames(network: Mapping[str, Any], *, central_value: Mapping[str, Any]
     ``central_value_config.network`` of a separate critic on ``STATES``.
 
     rl_games' A2C builder (``rl_games/algos_torch/network_builder.py``) runs ``cnn`` then flattens into ``mlp``,
-    with ``permute_input`` (default true) turning NHWC images into NCHW first; both heads read the mlp's output.
+    with ``cnn.permute_input`` (default true) turning NHWC images into NCHW first; both heads read the mlp's output.
 
     :raises NetworkSpecError: a recurrent network (``rnn``), or a part omni_sfp does not build.
     """
@@ -326,7 +326,7 @@ def _rlgames_containers(network: Mapping[str, Any], source: str, where: str) -> 
         if not layers:
             raise NetworkSpecError(f"{where}.cnn.convs: empty")
         activation = _skrl_activation(cnn.get("activation", "relu"))
-        image = f"permute({source}, (0, 3, 1, 2))" if network.get("permute_input", True) else source
+        image = f"permute({source}, (0, 3, 1, 2))" if cnn.get("permute_input", True) else source  # NHWC -> NCHW
         containers.append(
             {"name": "features_extractor", "input": image, "layers": [*layers, "flatten"], "activations": activation}
         )

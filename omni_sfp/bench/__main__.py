@@ -61,11 +61,12 @@ def build_parser() -> Parser:
     timing = parser.add_argument_group("timing (default mode)")
     timing.add_argument(
         "--preset",
-        choices=list(PRESETS),
+        choices=[*PRESETS, "pixels"],
         default=None,
         help="cpu (default): big network sized for 2 CPU cores, under 10 minutes; reference: the "
         "reference table's sizes, for a GPU; cartpole: the default training run's small network "
-        "on Cartpole (rollout SPS); quick: tiny, seconds",
+        "on Cartpole (rollout SPS); quick: tiny, seconds; pixels: one PPO update of Isaac Lab's camera CNN "
+        "on (6, 96, 96) images, row against row (omni_sfp/bench/pixels.py)",
     )
     timing.add_argument("--quick", action="store_true", help="the quick preset")
     timing.add_argument("--units", type=_units, help="trunk layer sizes, e.g. 256,128,64")
@@ -257,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         return _env_overhead(parser, args, threads, meta, out / f"envoverhead-{stamp}", _log)
     if args.quality:
         return _quality(parser, args, device, threads, meta, out / f"quality-{stamp}", _log)
+    if args.preset == "pixels":
+        from omni_sfp.bench import pixels
+
+        return pixels.main(args, out, stamp, _log)
     return _timing(parser, args, device, threads, meta, out, stamp, _log)
 
 
