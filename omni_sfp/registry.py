@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from omni_sfp.config import ConfigError
-
 if TYPE_CHECKING:
     import torch
     from skrl.envs.wrappers.torch import Wrapper
@@ -62,8 +60,12 @@ class UnknownTaskError(ValueError):
     """No registered task (or Gymnasium id) has this name."""
 
 
-class MissingDependencyError(ConfigError):
-    """A task needs a package that is not installed; one line naming the package and how to install it."""
+class MissingDependencyError(ValueError):
+    """A task needs a package that is not installed; one line naming the package and how to install it.
+
+    A ValueError, not a ``config.ConfigError``: this module stays importable without OmegaConf (the panel lists
+    tasks through it); ``train`` reports it as bad input (exit 2) all the same.
+    """
 
 
 # packages a task's env imports that an extra or a pip command provides, by top-level module name

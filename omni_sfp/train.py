@@ -74,11 +74,11 @@ def _run(argv: list[str]) -> int:
     from omni_sfp.config import ConfigError, load_config
     from omni_sfp.envs.isaaclab import IsaacLabError
     from omni_sfp.envs.oige import OIGEError
-    from omni_sfp.registry import UnknownTaskError
+    from omni_sfp.registry import MissingDependencyError, UnknownTaskError
 
     # bad input: the config, the checkpoint, or a task this machine cannot build (its simulator is missing).
     # Not any RuntimeError: a CUDA out-of-memory or a bug is no bad input and keeps its traceback.
-    bad_input = (ConfigError, CheckpointError, UnknownTaskError, IsaacLabError, OIGEError)
+    bad_input = (ConfigError, CheckpointError, UnknownTaskError, MissingDependencyError, IsaacLabError, OIGEError)
     try:
         cfg = load_config(argv)
         draw_seed(cfg)

@@ -257,6 +257,10 @@ UNALIGNED: dict[str, list[str]] = {
         "unclipped); skrl takes the clipped one",
         "writes TensorBoard scalars every update; the skrl rows write none (write_interval 0)",
         "default PyTorch layer init (orthogonal in omni-sfp; no effect on speed)",
+        "mixed precision on CUDA is bf16 autocast (a2c_continuous.py) with a GradScaler; omni-sfp's is fp16 "
+        "autocast with a GradScaler, as skrl's",
+        "aligned, not left: its Runner turns TF32 on for the process (torch_runner.py); the bench turns it back "
+        "off after building it, so fp32 is fp32 in every row (bench/rlgames.py restore_float32_precision)",
     ],
     "skrl": [
         "driven by skrl's own SequentialTrainer (per-step timing bookkeeping); the omni-sfp rows by the "

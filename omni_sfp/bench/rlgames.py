@@ -146,6 +146,28 @@ def rlgames_config(
     }
 
 
+def float32_precision() -> tuple:
+    """What decides whether a float32 matrix product may run in TF32: the matmul precision and cuDNN's flags."""
+    backends = torch.backends
+    return (
+        torch.get_float32_matmul_precision(),
+        backends.cuda.matmul.allow_tf32,
+        backends.cudnn.allow_tf32,
+        backends.cudnn.benchmark,
+    )
+
+
+def restore_float32_precision(state: tuple) -> None:
+    """Undo rl_games 1.6.5's ``Runner.__init__`` (torch_runner.py), which sets ``allow_tf32``,
+    ``set_float32_matmul_precision('high')`` and ``cudnn.benchmark`` for the whole process: on a GPU its
+    'fp32' row would do TF32 arithmetic while every other row does fp32 (measured on an H200: 116% of the
+    fp32 GEMM ceiling)."""
+    precision, matmul_tf32, cudnn_tf32, benchmark = state
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+    torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = cudnn_tf32, benchmark
+
+
 def run_rlgames(
     env,
     work: Work,
@@ -166,7 +188,9 @@ def run_rlgames(
     env_configurations.register(ENV_NAME, {"vecenv_type": "OMNI_SFP_BENCH", "env_creator": lambda **kwargs: env})
     space = env.action_space
     bounded = bool((abs(space.low) < math.inf).all() and (abs(space.high) < math.inf).all())
+    precision = float32_precision()
     runner = Runner(UpdateObserver(on_update))
+    restore_float32_precision(precision)  # its constructor turns TF32 on for the process: fp32 stays fp32 here
     runner.load(
         rlgames_config(
             work,
@@ -184,4 +208,9 @@ def run_rlgames(
     # rl_games 1.6.5 always builds Adam(fused=True) and torch's nn.ELU; its process keeps glibc's malloc defaults
     kernels = {"elu_no_grad": "torch", "elu_autograd": "torch", "allocator": "glibc", "fused_adam": True}
     kernels["threads"] = torch.get_num_threads()
-    return {"torch_compile": compile_model, "fused_adam": True, "kernels": kernels_info(kernels)}
+    return {
+        "torch_compile": compile_model,
+        "fused_adam": True,
+        "kernels": kernels_info(kernels),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),  # "highest" unless asked: see above
+    }

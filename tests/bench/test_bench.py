@@ -134,6 +134,7 @@ def test_rlgames_is_driven_the_oige_way_with_compile_off_and_max_steps_unset(qui
     assert quick_runs["rlgames-mixed"]["precision"] == "fp32 (rl_games' mixed precision is CUDA-only)"
     info = quick_runs["rlgames-fp32"]["info"]
     assert (info["torch_compile"], info["fused_adam"]) == (False, True)
+    assert info["float32_matmul_precision"] == "highest"  # rl_games' Runner sets "high" (TF32); undone for fp32
     assert info["kernels"]["choices"] == {
         "elu_no_grad": "torch",
         "elu_autograd": "torch",
