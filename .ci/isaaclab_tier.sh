@@ -41,6 +41,11 @@ if [ ! -f "$VENV/.omni-sfp-complete" ]; then
         "setuptools>=68" wheel "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4" "tensorboard>=2.14" "tqdm>=4.60" "matplotlib>=3.7" "scipy>=1.10"
     touch "$VENV/.omni-sfp-complete"
 fi
+# trimesh: Isaac Lab's terrain importer (Isaac-Ant-Direct) needs it, and isaaclab's requirements leave it out.
+# Checked apart from the build so that a venv built before it was listed gets it too.
+if ! "$VENV/bin/python" -c "import trimesh" 2>/dev/null; then
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "trimesh>=4"
+fi
 
 if ! log="$("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
         --no-build-isolation "$ROOT" 2>&1)"; then

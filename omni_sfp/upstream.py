@@ -66,8 +66,8 @@ def settings_for(task: str, *, num_envs: int | None = None) -> list[Setting]:
     if spec.kind == "oige":
         from omni_sfp.envs import oige
 
-        cfg = oige.compose(task.removeprefix(oige.PREFIX))
-        name = cfg["task"]["name"]
+        name = task.removeprefix(oige.PREFIX)  # the config files' name (task.name is the task class's: ShadowHand)
+        cfg = oige.compose(name)
         return rlgames_settings(cfg["train"], cfg["task"], f"{name}PPO.yaml", f"{name}.yaml", num_envs=num_envs)
     return []
 

@@ -83,15 +83,25 @@ def test_the_default_task_runs_with_the_schemas_defaults():
 
 
 def test_task_train_files_inherit_the_base_and_hold_only_what_differs():
-    base = dict(leaves(yaml.safe_load((config_dir() / "train" / "PPO.yaml").read_text())))
-    for path in sorted((config_dir() / "train").glob("*PPO.yaml")):
+    """Each inherits PPO.yaml, or GenericPPO.yaml (a Gymnasium id's own file: CartPole-v1PPO.yaml), and holds
+    only what differs from the file it inherits."""
+    train = config_dir() / "train"
+    base = dict(leaves(yaml.safe_load((train / "PPO.yaml").read_text())))
+    generic = yaml.safe_load((train / "GenericPPO.yaml").read_text())
+    parents = {
+        "PPO": base,
+        "GenericPPO": {**base, **dict(leaves({k: v for k, v in generic.items() if k != "defaults"}))},
+    }
+    for path in sorted(train.glob("*PPO.yaml")):
         if path.name == "PPO.yaml":
             continue
         own = yaml.safe_load(path.read_text())
-        assert own.pop("defaults") == ["PPO", "_self_"], path.name
+        defaults = own.pop("defaults")
+        assert defaults in (["PPO", "_self_"], ["GenericPPO", "_self_"]), path.name
+        parent = parents[defaults[0]]
         for key, value in leaves(own):
             assert f"train.{key}" in schema.BY_KEY, f"{path.name}: {key} is not a setting"
-            assert value != base[key], f"{path.name}: {key}={value} repeats the base"
+            assert value != parent[key], f"{path.name}: {key}={value} repeats {defaults[0]}.yaml"
             assert schema.setting(f"train.{key}").problem(value) is None, path.name
 
 

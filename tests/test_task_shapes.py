@@ -108,7 +108,9 @@ def test_a_network_given_in_the_config_is_built(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_cartpole_v1_balances_with_the_default_network(tmp_path, seed):
-    """The issue's bar: ``task=gym:CartPole-v1`` with its defaults ends at a deterministic return >= 475."""
+    """The issue's bar: ``task=gym:CartPole-v1`` with its defaults (cfg/train/CartPole-v1PPO.yaml) ends at a
+    deterministic return >= 475. It must hold with one thread and with two (CI's 2 cores): before the learning
+    rate annealed, seed 3 ended at 500.0 with one and at 384.3 with two."""
     cfg = load_config(["task=gym:CartPole-v1", f"seed={seed}", f"runs_dir={tmp_path}"])
     summary = Runner(cfg, disable_progressbar=True).train()
     assert summary.final_return >= 475, summary.final_return
@@ -116,7 +118,8 @@ def test_cartpole_v1_balances_with_the_default_network(tmp_path, seed):
 
 @pytest.mark.slow
 def test_acrobot_swings_up(tmp_path):
-    """Random play never reaches the line in 500 steps (return -500); trained, it does in about 100."""
+    """Random play never reaches the line in 500 steps (return -500); trained, it does in about 100. Before
+    cfg/train/Acrobot-v1PPO.yaml's entropy bonus, seed 0 with two threads never found the line (-500)."""
     cfg = load_config(["task=gym:Acrobot-v1", "seed=0", f"runs_dir={tmp_path}"])
     summary = Runner(cfg, disable_progressbar=True).train()
     assert summary.final_return > -200, summary.final_return

@@ -277,8 +277,14 @@ def make_oige_env(
         from omniisaacgymenvs.utils.task_util import import_tasks, initialize_task
 
         task_map, _ = import_tasks()
-        if task not in task_map:
-            raise OIGEError(f"OmniIsaacGymEnvs' task_map has no {task!r}; it has {', '.join(sorted(task_map))}")
+        # initialize_task looks up cfg.task_name (config.yaml: ${task.name}), the class's name, which is not
+        # always the file's: task/ShadowHandOpenAI_FF.yaml names ShadowHand
+        class_name = cfg["task_name"]
+        if class_name not in task_map:
+            raise OIGEError(
+                f"OmniIsaacGymEnvs' task_map has no {class_name!r} (task/{task}.yaml: name); "
+                f"it has {', '.join(sorted(task_map))}"
+            )
         cfg["seed"] = set_seed(seed, torch_deterministic=cfg["torch_deterministic"])
         initialize_hydra(package)
         initialize_task(cfg, env)

@@ -8,6 +8,7 @@ import gymnasium
 import torch
 from skrl import config
 from skrl.envs.wrappers.torch.base import Wrapper
+from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 
 
 class OmniIsaacGymWrapper(Wrapper):
@@ -23,12 +24,18 @@ class OmniIsaacGymWrapper(Wrapper):
     - ``step(actions) -> ({"obs", "states"}, rew (N,), resets (N,) long, extras)``; ``extras["time_outs"]``
       (optional, (N,)) marks the resets caused by the episode length limit. No OIGE 4.0.0 task sets it
       (``RLTask`` starts with ``extras = {}``): its tasks reset at ``progress_buf >= max_episode_length - 1``
-      (``_max_episode_length`` in most, ``max_episode_length`` in some), and ``progress_buf`` still holds the
-      finished episode's length when ``step`` returns (it is zeroed in the next ``pre_physics_step``).
+      (most: tasks/shared/locomotion.py, ball_balance.py, franka_cabinet.py, quadcopter.py, ...), at
+      ``>= max_episode_length`` (cartpole.py, target_following.py) or at ``> max_episode_length``
+      (warp/cartpole.py), with ``_max_episode_length`` in most and ``max_episode_length`` in some; and
+      ``progress_buf`` still holds the finished episode's length when ``step`` returns (it is zeroed in the
+      next ``pre_physics_step``).
 
     Mapping: ``terminated = resets & ~time_outs``, ``truncated = resets & time_outs``, where ``time_outs`` is
-    the task's ``extras["time_outs"]`` or, where absent, ``progress_buf >= max_episode_length - 1`` (a failure on
-    the episode's last step then counts as a time-out: the task's buffers cannot tell them apart); a task with
+    the task's ``extras["time_outs"]`` or, where absent, ``progress_buf >= threshold``. The threshold is the
+    task's own: no episode outlives it, so it is the highest ``progress_buf`` seen at a reset, starting from
+    ``max_episode_length - 1`` (the earliest any OIGE task times out) and starting over when the limit changes
+    (a curriculum). Until a task's first time-out shows a higher threshold, a failure on the steps between
+    counts as a time-out, as does one on the last step (the task's buffers cannot tell them apart); a task with
     neither only terminates. Resets are the env's own: a task resets the envs it flagged at the start of its next
     step, so the observation returned with a reset is the episode's last one (what skrl's
     ``time_limit_bootstrap`` needs) and this wrapper never calls ``reset()`` after the first. Tensors are
@@ -50,6 +57,7 @@ class OmniIsaacGymWrapper(Wrapper):
         self._observations: torch.Tensor | None = None
         self._states: torch.Tensor | None = None
         self._info: dict[str, Any] = {}
+        self._time_out_at: tuple[float, torch.Tensor] | None = None  # (the task's limit, its time-out threshold)
 
     @property
     def observation_space(self) -> gymnasium.Space:
@@ -79,7 +87,7 @@ class OmniIsaacGymWrapper(Wrapper):
         done = resets.view(-1, 1).to(torch.bool)
         time_outs = extras.get("time_outs") if isinstance(extras, dict) else None
         if time_outs is None:
-            time_outs = self._time_outs()
+            time_outs = self._time_outs(done.view(-1))
         if time_outs is None:
             truncated = torch.zeros_like(done)
         else:
@@ -100,8 +108,8 @@ class OmniIsaacGymWrapper(Wrapper):
             self._closed = True
             self._env.close()
 
-    def _time_outs(self) -> torch.Tensor | None:
-        """``progress_buf >= max_episode_length - 1`` from the task, or None when it has neither."""
+    def _time_outs(self, resets: torch.Tensor) -> torch.Tensor | None:
+        """``progress_buf >= threshold`` (the class docstring), or None when the task has no episode limit."""
         task = getattr(self._env, "_task", None)
         progress = getattr(task, "progress_buf", None)
         limit = getattr(task, "_max_episode_length", getattr(task, "max_episode_length", None))
@@ -111,12 +119,23 @@ class OmniIsaacGymWrapper(Wrapper):
             import warp
 
             progress = warp.to_torch(progress)
-        return progress >= limit - 1
+        limit = float(limit)
+        if self._time_out_at is None or self._time_out_at[0] != limit:
+            self._time_out_at = (limit, torch.tensor(limit - 1, device=progress.device))
+        at_reset = torch.where(resets.to(progress.device), progress, torch.zeros_like(progress)).max()
+        threshold = torch.maximum(self._time_out_at[1], at_reset.to(self._time_out_at[1].dtype))  # no host sync
+        self._time_out_at = (limit, threshold)
+        return progress >= threshold
 
     def _take(self, obs_dict: dict[str, torch.Tensor]) -> None:
-        self._observations = obs_dict["obs"].clone()
+        """Copies, flat per env as skrl's own wrappers give them (its memory stores (N, size); a network
+        unflattens them by the space: CartpoleCamera's (N, width, height, 3) images)."""
+        self._observations = flatten_tensorized_space(tensorize_space(self._observation_space, obs_dict["obs"])).clone()
         states = obs_dict.get("states")
-        self._states = states.clone() if self._state_space is not None and states is not None else None
+        if self._state_space is not None and states is not None:
+            self._states = flatten_tensorized_space(tensorize_space(self._state_space, states)).clone()
+        else:
+            self._states = None
 
 
 def _gymnasium_space(space: Any) -> gymnasium.Space:

@@ -22,16 +22,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_task_names_are_those_with_a_ppo_config(oige_double):
     # FactoryBase.yaml is a base config, not a task: it has no FactoryBasePPO.yaml
-    assert oige.task_names() == ["Ant", "Cartpole", "CartpoleCamera", "FactoryTaskNutBoltPick"]
+    assert oige.task_names() == ["Ant", "Cartpole", "CartpoleCamera", "FactoryTaskNutBoltPick", "ShadowHandOpenAI_FF"]
 
 
 def test_oige_tasks_register_through_the_entry_point_and_keep_their_names(oige_double):
     assert "Cartpole" in registry.list_tasks("embedded")
-    assert registry.list_tasks("oige") == ["Ant", "CartpoleCamera", "FactoryTaskNutBoltPick", "OIGE-Cartpole"]
+    assert registry.list_tasks("oige") == [
+        "Ant",
+        "CartpoleCamera",
+        "FactoryTaskNutBoltPick",
+        "OIGE-Cartpole",
+        "ShadowHandOpenAI_FF",
+    ]
     spec = registry.get_task("Ant")
     assert spec.kind == "oige" and spec.entry_point == "omni_sfp.envs.oige:make_oige_env"
     again = oige.register_oige_tasks()  # idempotent
-    assert again == ["Ant", "OIGE-Cartpole", "CartpoleCamera", "FactoryTaskNutBoltPick"]
+    assert again == ["Ant", "OIGE-Cartpole", "CartpoleCamera", "FactoryTaskNutBoltPick", "ShadowHandOpenAI_FF"]
     assert registry.get_task("Cartpole").kind == "embedded"
 
 
@@ -164,6 +170,70 @@ def test_camera_tasks_get_a_viewport_and_oiges_camera_experience(oige_double):
     assert LAUNCHES[0]["experience"] == str(oige_double.parent / "apps" / "omni.isaac.sim.python.gym.camera.kit")
     assert env._env._task.camera_width == 240
     env.close()
+
+
+def test_cartpole_camera_trains_its_images_through_the_cnn_its_ppo_config_names(oige_double, tmp_path):
+    """Crashed before (``mat1 and mat2 shapes cannot be multiplied``: the ``cnn:`` block was ignored and an MLP
+    met ``(N, 64, 48, 3)`` images). Now rl_games' network: its convolutions on the permuted images, then [512]."""
+    from omni_sfp.runner import Runner
+
+    cfg = load_config(
+        ["task=CartpoleCamera", "num_envs=4", "+task.env.cameraWidth=64", "+task.env.cameraHeight=48"]
+        + ["max_iterations=2", "train.ppo.rollouts=8", "train.ppo.mini_batches=2", f"runs_dir={tmp_path}"]
+    )
+    assert "[conv2d 32/8/4, conv2d 64/4/2, conv2d 64/3/1, flatten]" in cfg.task.upstream["train.models.network"]
+    assert not cfg.train.ppo.observation_normalization  # CartpoleCameraPPO.yaml: normalize_input False
+    runner = Runner(cfg, disable_progressbar=True)
+    assert runner.env.observation_space.shape == (64, 48, 3)
+    trunk = runner.models["policy"].policy_trunk.trunk.net
+    convs = [m for m in trunk.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (3, 32, (8, 8), (4, 4)),
+        (32, 64, (4, 4), (2, 2)),
+        (64, 64, (3, 3), (1, 1)),
+    ]
+    assert [m.out_features for m in trunk.modules() if isinstance(m, torch.nn.Linear)] == [512]
+    summary = runner.train()
+    assert summary.iterations == 2 and summary.sfp_hit_rate == 1.0
+
+
+def test_shadow_hand_openai_ff_trains_its_value_on_the_states_as_rl_games_central_value(oige_double, tmp_path):
+    """Before, both roles read ``observations``: the critic went without the 187 privileged states rl_games'
+    ``central_value_config`` gives it, and nothing said so; and the task did not build (``task_map`` was looked up
+    by the file's name, ShadowHandOpenAI_FF, not its ``task.name``, ShadowHand)."""
+    from omni_sfp.runner import Runner
+
+    cfg = load_config(
+        [
+            "task=ShadowHandOpenAI_FF",
+            "num_envs=8",
+            "+task.env.episodeLength=16",
+            "max_iterations=2",
+            f"runs_dir={tmp_path}",
+        ]
+    )
+    network = cfg.task.upstream["train.models.network"]
+    assert "ShadowHandOpenAI_FFPPO.yaml: params.network + params.config.central_value_config.network" in network
+    assert "value DeterministicMixin: net(STATES) [512, 512, 256, 128]" in network
+    runner = Runner(cfg, disable_progressbar=True)
+    assert runner.env.observation_space.shape == (42,) and runner.env.state_space.shape == (187,)
+    model = runner.models["value"]
+    assert runner.agent._state_preprocessor is not runner.agent._empty_preprocessor  # normalize_input: True
+    obs, states = torch.randn(5, 42), torch.randn(5, 187)
+
+    def value(o, s):
+        return model.act({"observations": o, "states": s}, role="value")[0]
+
+    def mean_action(o, s):
+        return model.act({"observations": o, "states": s}, role="policy")[1]["mean_actions"]
+
+    with torch.no_grad():
+        assert torch.equal(value(obs, states), value(obs + 1, states))
+        assert not torch.allclose(value(obs, states), value(obs, states + 1))
+        assert torch.equal(mean_action(obs, states), mean_action(obs, states + 1))
+        assert not torch.allclose(mean_action(obs, states), mean_action(obs + 1, states))
+    summary = runner.train()
+    assert summary.iterations == 2 and summary.sfp_hit_rate is None  # two networks on two inputs: nothing to share
 
 
 def test_factory_tasks_compose_their_own_config_through_hydra(oige_double):

@@ -23,10 +23,11 @@ def _double(oige_double):
     """OmniIsaacGymEnvs' double (and the old ``gym`` package its spaces come from) for every test here."""
 
 
-def make(num_states=0, max_episode_length=6, seed=0):
+def make(num_states=0, max_episode_length=6, seed=0, last_step=-1):
     """The double's ``VecEnvRLGames`` with an ``RLTask`` that ends episodes as OIGE's locomotion tasks do
     (tasks/shared/locomotion.py: reset at ``progress_buf >= max_episode_length - 1``, or a failure, here
-    ``|x| > 1``), as ``initialize_task`` builds it, wrapped for skrl."""
+    ``|x| > 1``), as ``initialize_task`` builds it, wrapped for skrl. ``last_step=0``: as OIGE's Cartpole
+    (tasks/cartpole.py: ``progress_buf >= max_episode_length``)."""
     from omniisaacgymenvs.envs.vec_env_rlgames import VecEnvRLGames
     from omniisaacgymenvs.tasks.base import RLTask
 
@@ -37,7 +38,7 @@ def make(num_states=0, max_episode_length=6, seed=0):
 
         def is_done(self):
             failed = self.position.abs() > 1.0
-            timed_out = self.progress_buf >= self._max_episode_length - 1
+            timed_out = self.progress_buf >= self._max_episode_length + last_step
             self.reset_buf[:] = (failed | timed_out).long()
 
     sim_config = SimpleNamespace(
@@ -110,6 +111,29 @@ def test_time_outs_come_from_progress_buf_when_extras_has_none():
     env.reset()
     _, _, terminated, truncated, info = env.step(torch.zeros(NUM_ENVS, ACT))  # progress 2 = limit - 1
     assert "time_outs" not in info and truncated.all() and not terminated.any()
+
+
+def test_a_task_that_times_out_at_its_limit_keeps_its_last_step_failures_terminations():
+    """OIGE's Cartpole resets at ``progress_buf >= max_episode_length``, one step after the locomotion rule: the
+    first time-out shows it, and then a failure at ``max_episode_length - 1`` is no time-out (it was one)."""
+    env, double = make(max_episode_length=4, last_step=0)
+    task, original = double._task, double._task.is_done
+
+    def is_done():  # env 0 fails at progress 3 = max_episode_length - 1, its episode's last step, once armed
+        original()
+        task.reset_buf[0] |= int(armed and task.progress_buf[0] == 3)
+
+    armed, task.is_done = False, is_done
+    env.reset()  # progress 1
+    flags = [env.step(torch.zeros(NUM_ENVS, ACT))[2:4] for _ in range(3)]  # progress 2, 3, 4: the time-outs
+    assert not flags[1][1].any() and flags[2][1].all() and not any(f[0].any() for f in flags)
+    armed = True
+    for _ in range(3):  # progress 1 (the reset), 2, 3
+        _, _, terminated, truncated, _ = env.step(torch.zeros(NUM_ENVS, ACT))
+    assert task.progress_buf[0] == 3
+    assert terminated[0] and not terminated[1:].any() and not truncated.any()  # main: truncated[0]
+    _, _, terminated, truncated, _ = env.step(torch.zeros(NUM_ENVS, ACT))  # progress 4: the others time out
+    assert truncated[1:].all() and not terminated.any()
 
 
 def test_explicit_time_outs_win_over_progress_buf():

@@ -3,11 +3,13 @@ seeds: mean training return (last iterations) and SPS of each. Not a test (it ta
 quotes its output. Run it in the Isaac Lab tier's venv, from the repository root:
 
     OMNI_SFP_ISAACLAB_TIER=1 <venv>/bin/python tests/isaaclab_tier/compare_with_skrl_runner.py \\
-        --num-envs 64 --iterations 50 --seeds 1 2
+        --num-envs 64 --iterations 50 --seeds 1 2 [--task Isaac-Cartpole-Camera-Direct --rollouts 32]
 
-Both sides: ``Isaac-Cartpole-Direct`` from its registered env config (Newton, CPU) with ``num_envs`` envs and
+Both sides: ``--task`` (default ``Isaac-Cartpole-Direct``) from its registered env config (Newton, CPU; cameras
+enabled for a camera task, as Isaac Lab's scripts' ``--enable_cameras``) with ``num_envs`` envs and
 ``seed``; the agent from its registered ``skrl_cfg_entry_point`` (ours through omni_sfp.upstream, skrl's as is)
-for ``iterations * agent.rollouts`` env steps. Mean return: the mean undiscounted return of the episodes that
+for ``iterations * agent.rollouts`` env steps (``--rollouts`` overrides the registered rollouts on both sides, to fit
+a slow task's iterations on 2 cores). Mean return: the mean undiscounted return of the episodes that
 finished in each iteration, averaged over the last ``--last`` iterations (omni_sfp's progress file for ours; the
 same bookkeeping around the env for skrl's). SPS: env steps over the training loop's wall time.
 """
@@ -37,20 +39,20 @@ def assets() -> None:
     os.environ["ISAACSIM_ASSET_ROOT"] = str(standin_assets.make(root))
 
 
-def ours(seed: int, num_envs: int, iterations: int, workdir: Path) -> dict:
+def ours(task: str, seed: int, num_envs: int, iterations: int, rollouts: int | None, workdir: Path) -> dict:
     progress = workdir / f"ours-{seed}.jsonl"
     command = [
         sys.executable,
         "-m",
         "omni_sfp.train",
-        f"task={TASK}",
+        f"task={task}",
         "device=cpu",
         f"num_envs={num_envs}",
         f"max_iterations={iterations}",
         f"seed={seed}",
         f"runs_dir={workdir / 'runs'}",
         f"progress_file={progress}",
-    ]
+    ] + ([f"train.ppo.rollouts={rollouts}"] if rollouts else [])
     result = subprocess.run(command, check=False, capture_output=True, text=True, env=os.environ.copy())
     if result.returncode:
         raise SystemExit(f"our CLI failed ({result.returncode}): {result.stderr[-3000:]}")
@@ -65,7 +67,7 @@ def ours(seed: int, num_envs: int, iterations: int, workdir: Path) -> dict:
     }
 
 
-def skrl_runner(seed: int, num_envs: int, iterations: int) -> dict:
+def skrl_runner(task: str, seed: int, num_envs: int, iterations: int, rollouts: int | None) -> dict:
     """skrl's Runner as Isaac Lab's skrl train entry point drives it (registered config, seed, timesteps)."""
     import gymnasium
     import isaaclab_tasks  # noqa: F401
@@ -75,16 +77,21 @@ def skrl_runner(seed: int, num_envs: int, iterations: int) -> dict:
     from skrl.envs.wrappers.torch import wrap_env
     from skrl.utils.runner.torch import Runner
 
-    agent_cfg = load_cfg_from_registry(TASK, "skrl_cfg_entry_point")
+    from omni_sfp.envs.isaaclab import launcher_args
+
+    agent_cfg = load_cfg_from_registry(task, "skrl_cfg_entry_point")
+    if rollouts:
+        agent_cfg["agent"]["rollouts"] = rollouts
     rollouts = agent_cfg["agent"]["rollouts"]
     agent_cfg["seed"] = seed
     agent_cfg["trainer"]["timesteps"] = iterations * rollouts
     agent_cfg["trainer"]["close_environment_at_exit"] = False
     agent_cfg["trainer"]["disable_progressbar"] = True
-    env_cfg = parse_env_cfg(TASK, device="cpu", num_envs=num_envs)
+    env_cfg = parse_env_cfg(task, device="cpu", num_envs=num_envs)
     env_cfg.seed = seed
-    with launch_simulation(env_cfg, {"headless": True, "device": "cpu"}):
-        env = wrap_env(gymnasium.make(TASK, cfg=env_cfg), wrapper="isaaclab")
+    launch = launcher_args(env_cfg, headless=True, device="cpu", launch={})  # as ours: cameras for a camera task
+    with launch_simulation(env_cfg, launch):
+        env = wrap_env(gymnasium.make(task, cfg=env_cfg), wrapper="isaaclab")
         returns, episode, finished, steps = [], torch.zeros(num_envs, 1), [0.0, 0], [0]
         step = env.step
 
@@ -117,6 +124,8 @@ def mean_last(returns: list, last: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", default=TASK)
+    parser.add_argument("--rollouts", type=int, default=None, help="env steps per iteration (default: registered)")
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
@@ -126,12 +135,12 @@ def main() -> None:
     args = parser.parse_args()
     assets()
     if args.skrl_only is not None:
-        print(json.dumps(skrl_runner(args.skrl_only, args.num_envs, args.iterations)))
+        print(json.dumps(skrl_runner(args.task, args.skrl_only, args.num_envs, args.iterations, args.rollouts)))
         return
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for seed in args.seeds:
-            mine = ours(seed, args.num_envs, args.iterations, Path(workdir))
+            mine = ours(args.task, seed, args.num_envs, args.iterations, args.rollouts, Path(workdir))
             command = [
                 sys.executable,
                 str(Path(__file__).resolve()),
@@ -141,7 +150,9 @@ def main() -> None:
                 str(args.num_envs),
                 "--iterations",
                 str(args.iterations),
-            ]
+                "--task",
+                args.task,
+            ] + (["--rollouts", str(args.rollouts)] if args.rollouts else [])
             child = subprocess.run(
                 command, capture_output=True, text=True, check=False, cwd=workdir, env=os.environ.copy()
             )  # cwd: skrl logs to ./<experiment directory>
@@ -158,7 +169,10 @@ def main() -> None:
     if args.out is not None:
         runs = [{"seed": seed, "omni_sfp": mine, "skrl": theirs} for seed, mine, theirs in rows]
         args.out.write_text(json.dumps(runs))
-    print(f"{TASK}, {args.num_envs} envs, {args.iterations} iterations, mean return over the last {args.last}:")
+    rollouts = f", {args.rollouts} rollouts" if args.rollouts else ""
+    print(
+        f"{args.task}, {args.num_envs} envs{rollouts}, {args.iterations} iterations, mean return over the last {args.last}:"
+    )
     for name, index in (("omni_sfp", 1), ("skrl Runner", 2)):
         means = [mean_last(row[index]["returns"], args.last) for row in rows]
         sps = [row[index]["sps"] for row in rows]

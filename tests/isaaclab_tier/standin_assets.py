@@ -9,6 +9,10 @@ with the prototypes it references (minus their MDL materials), drops the root's 
 it), retargets the joints' body relationships to the new paths, and writes a plain ground plane (a ``Plane``
 with a CollisionAPI, which ``spawn_ground_plane`` binds its physics material to). Point ``ISAACSIM_ASSET_ROOT``
 at the returned folder *before* ``isaaclab.utils.assets`` is imported. Nothing is downloaded or committed.
+
+Ant: the ``newton`` wheel ships ``newton/examples/assets/ant.usda``, whose default prim is an ant with the eight
+revolute joints Isaac Lab's ``ANT_CFG`` names (``front_left_leg`` ... ``right_back_foot``); :func:`make` exports it
+where ``ANT_CFG`` looks (``Isaac/Robots/IsaacSim/Ant/ant_instanceable.usd``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ ROBOT = "Isaac/IsaacLab/Robots/Classic/Cartpole/cartpole.usd"
 GROUND = "Isaac/IsaacLab/Environments/Grid/default_ground_plane_checker_v1/default_ground_plane.usda"
 GOLDEN = "source/isaaclab_tasks/test/golden_stages/cartpole/physx-newton_renderer-rgb.usda"
 SOURCE_ROBOT = "/World/envs/env_0/Robot"
+ANT = "Isaac/Robots/IsaacSim/Ant/ant_instanceable.usd"
+NEWTON_ANT = "examples/assets/ant.usda"
 
 
 def golden_stage() -> Path:
@@ -33,12 +39,26 @@ def golden_stage() -> Path:
 
 def make(root: Path) -> Path:
     """Write the stand-in assets under ``root`` (an ``ISAACSIM_ASSET_ROOT``) and return ``root``."""
-    robot_file, ground_file = root / ROBOT, root / GROUND
-    if robot_file.is_file() and ground_file.is_file():
-        return root
-    _robot(robot_file)
-    _ground(ground_file)
+    robot_file, ground_file, ant_file = root / ROBOT, root / GROUND, root / ANT
+    if not (robot_file.is_file() and ground_file.is_file()):
+        _robot(robot_file)
+        _ground(ground_file)
+    if not ant_file.is_file():
+        _ant(ant_file)
     return root
+
+
+def _ant(target: Path) -> None:
+    import importlib.util
+
+    from pxr import Sdf
+
+    spec = importlib.util.find_spec("newton")
+    assert spec is not None and spec.origin is not None, "newton is not installed"
+    source = Path(spec.origin).parent / NEWTON_ANT
+    assert source.is_file(), f"newton's Ant is missing: {source}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    assert Sdf.Layer.FindOrOpen(str(source)).Export(str(target)), f"could not write {target}"
 
 
 def _robot(target: Path) -> None:

@@ -7,12 +7,14 @@ rendering_dt=...)``."""
 def import_tasks():
     from omniisaacgymenvs.tasks.cartpole import CartpoleCameraTask, CartpoleTask
     from omniisaacgymenvs.tasks.factory import FactoryTaskNutBoltPick
+    from omniisaacgymenvs.tasks.shadow_hand import ShadowHandTask
 
     task_map = {
         "Ant": CartpoleTask,  # the dynamics do not matter here: Ant's config is what the tests read
         "Cartpole": CartpoleTask,
         "CartpoleCamera": CartpoleCameraTask,
         "FactoryTaskNutBoltPick": FactoryTaskNutBoltPick,
+        "ShadowHand": ShadowHandTask,  # task/ShadowHandOpenAI_FF.yaml's name
     }
     return task_map, {"Cartpole": CartpoleTask}
 
