@@ -49,6 +49,10 @@ from omni_sfp.cache import SFPStats, sfp_modules
 from omni_sfp.schema import CHECK_FINITE
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS
 
+# A sample above this many bytes is gathered a minibatch at a time in the update: a camera image (6 x 96 x 96
+# floats, 221 KB) is, a flat observation (a few hundred bytes) is not; there is no size in between to tune
+PER_MINIBATCH_GATHER_BYTES = 16 * 1024
+
 # TensorBoard tags of the update's results (skrl's own tags, so the scalars read as skrl's would)
 _TAGS = (
     ("Loss / Policy loss", "policy_loss"),
@@ -504,7 +508,8 @@ class SFPPPO(PPO):
         returns, one ``randperm`` per epoch from the same generator (so the same minibatches), epoch 0
         training the observation normaliser minibatch by minibatch, the same losses, one backward, clip, step,
         the KL early stop and the KL-adaptive LR once per epoch. Less bookkeeping: each epoch gathers the
-        rollout once and slices contiguous minibatches (skrl gathers 7 tensors per minibatch); observations
+        rollout once and slices contiguous minibatches (skrl gathers 7 tensors per minibatch; observations over
+        ``PER_MINIBATCH_GATHER_BYTES`` a sample, images, are gathered per minibatch as skrl's); observations
         are normalised once for all epochs after the first; losses stay on the device until the end (one host
         read per update, plus one per epoch for the LR schedule and one per minibatch only with
         ``kl_threshold``); with fused Adam the grad-norm clip is the fused step's ``grad_scale``; the caches
@@ -548,6 +553,9 @@ class SFPPPO(PPO):
         )
         samples = scalars.shape[1]
         sizes = _split_sizes(samples, cfg.mini_batches)
+        # large samples (images) are gathered a minibatch at a time, as skrl does, and go to the trunk while they
+        # are still in cache; small ones once an epoch (one gather instead of one per minibatch). The same rows.
+        gather_per_minibatch = observations[0].numel() * observations.element_size() > PER_MINIBATCH_GATHER_BYTES
         normalised: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # policy, value, entropy loss
@@ -556,34 +564,39 @@ class SFPPPO(PPO):
         for epoch in range(cfg.learning_epochs):
             order = torch.randperm(samples, dtype=torch.long).to(self.device, non_blocking=True)  # skrl's draw
             if epoch == 0:  # epoch 0 trains the normalisers minibatch by minibatch, as skrl's does
-                epoch_observations, epoch_states = observations[order], states[order] if states is not None else None
+                source_observations, source_states = observations, states
             else:
                 if normalised is None:  # the statistics are final now: normalise every sample once
                     with autocast():
                         normalised = (self._observation_preprocessor(observations), self._state_preprocessor(states))
-                epoch_observations = normalised[0][order]
-                epoch_states = normalised[1][order] if states is not None else None
+                source_observations, source_states = normalised[0], normalised[1] if states is not None else None
+            if gather_per_minibatch:
+                epoch_observations, epoch_states = source_observations, source_states
+            else:
+                epoch_observations = source_observations[order]
+                epoch_states = source_states[order] if source_states is not None else None
             epoch_actions, epoch_scalars = actions[order], scalars[:, order]
             kls = []
             start = 0
             for size in sizes:
                 batch = slice(start, start + size)
                 start += size
+                rows = order[batch] if gather_per_minibatch else batch
                 old_log_prob, old_values, batch_returns, batch_advantages = (
                     row[batch].unsqueeze(-1) for row in epoch_scalars
                 )
                 with autocast():
                     if epoch == 0:
                         inputs = {
-                            "observations": self._observation_preprocessor(epoch_observations[batch], train=True),
+                            "observations": self._observation_preprocessor(epoch_observations[rows], train=True),
                             "states": self._state_preprocessor(
-                                epoch_states[batch] if epoch_states is not None else None, train=True
+                                epoch_states[rows] if epoch_states is not None else None, train=True
                             ),
                         }
                     else:
                         inputs = {
-                            "observations": epoch_observations[batch],
-                            "states": epoch_states[batch] if epoch_states is not None else None,
+                            "observations": epoch_observations[rows],
+                            "states": epoch_states[rows] if epoch_states is not None else None,
                         }
                     _, outputs = self.policy.act({**inputs, "taken_actions": epoch_actions[batch]}, role="policy")
                     log_prob = outputs["log_prob"]

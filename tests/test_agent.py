@@ -90,8 +90,14 @@ def flat_parameters(agent: PPO) -> torch.Tensor:
     return flat({"policy": agent.policy, "value": agent.value})
 
 
+@pytest.mark.parametrize("gather", ["per epoch", "per minibatch"])
 @pytest.mark.parametrize("kind", ["shared-sfp", "shared-double", "separate"])
-def test_our_update_is_skrls_bit_for_bit(kind):
+def test_our_update_is_skrls_bit_for_bit(kind, gather, monkeypatch):
+    """Both ways of gathering the samples (once an epoch, or a minibatch at a time as for images) take skrl's rows."""
+    import omni_sfp.agent
+
+    if gather == "per minibatch":
+        monkeypatch.setattr(omni_sfp.agent, "PER_MINIBATCH_GATHER_BYTES", 0)
     models = make_models(kind)
     skrl_agent, skrl_tracked = train(PPO, copy.deepcopy(models), updates=3)
     ours, our_tracked = train(SFPPPO, copy.deepcopy(models), updates=3)
