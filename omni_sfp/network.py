@@ -208,6 +208,9 @@ def _parse_layer(layer: Any, activation: Any, where: str) -> Layer:
     raise NetworkSpecError(f"{where}: layer kind {kind!r} is not one of linear, conv2d, flatten")
 
 
+_SKRL_LOG_STD_BOUNDS = {"min_log_std": -20.0, "max_log_std": 2.0}  # GaussianMixin's defaults, as the MLP models'
+
+
 def plain_mlp(spec: NetworkSpec) -> tuple[list[int], str] | None:
     """``(units, activation)`` when ``spec`` is what :class:`~omni_sfp.models.SharedActorCritic` builds: one MLP
     container on ``OBSERVATIONS`` per role, the same for both, a Gaussian policy with skrl's default options and
@@ -219,9 +222,13 @@ def plain_mlp(spec: NetworkSpec) -> tuple[list[int], str] | None:
             return None
     if spec.policy.cls != "GaussianMixin" or spec.policy.network[0].layers != spec.value.network[0].layers:
         return None
-    if {k for k, _ in spec.policy.options} - {"initial_log_std", "clip_actions", "clip_log_std"}:
+    if {k for k, _ in spec.policy.options} - {"initial_log_std", "clip_actions", "clip_log_std", *_SKRL_LOG_STD_BOUNDS}:
         return None
     if spec.policy.option("clip_actions", False) or spec.policy.option("fixed_log_std", False):
+        return None
+    if not spec.policy.option("clip_log_std", True) or any(  # Isaac Lab 3's configs spell skrl's defaults out
+        float(spec.policy.option(key, default)) != default for key, default in _SKRL_LOG_STD_BOUNDS.items()
+    ):
         return None
     layers = spec.policy.network[0].layers
     activations = {layer.activation for layer in layers}

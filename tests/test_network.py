@@ -298,6 +298,20 @@ def test_plain_mlp_specs_are_recognised():
     assert network.plain_mlp(camera) is None
 
 
+def test_isaac_lab_3s_mlp_with_skrls_log_std_bounds_spelled_out_is_the_plain_mlp():
+    """Isaac Lab 3.0.0's skrl_direct_ppo_cfg.yaml (Isaac-Cartpole-Direct) writes GaussianMixin's defaults out:
+    ``clip_log_std: True, min_log_std: -20.0, max_log_std: 2.0``. Before, that made it "not plain": it trained
+    through the spec builder instead of the tuned MLP models (the tier's upstream-settings test failed)."""
+    mlp = [{"name": "net", "input": "OBSERVATIONS", "layers": [32, 32], "activations": "elu"}]
+    policy = {"class": "GaussianMixin", "clip_actions": False, "clip_log_std": True, "network": mlp}
+    policy |= {"min_log_std": -20.0, "max_log_std": 2.0, "initial_log_std": 0.0, "output": "ACTIONS"}
+    value = {"class": "DeterministicMixin", "clip_actions": False, "network": mlp, "output": "ONE"}
+    assert network.plain_mlp(network.parse({"separate": False, "policy": policy, "value": value})) == ([32, 32], "elu")
+    for other in ({"max_log_std": 1.0}, {"min_log_std": -5.0}, {"clip_log_std": False}):
+        spec = network.parse({"separate": False, "policy": {**policy, **other}, "value": value})
+        assert network.plain_mlp(spec) is None, other
+
+
 def test_a_spec_model_survives_deepcopy_and_state_dict_round_trip():
     spec = network.parse(CAMERA_MODELS)
     model = network.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
