@@ -28,10 +28,13 @@ What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import functools
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium
@@ -282,6 +285,18 @@ class SFPPPO(PPO):
         """Whether a cache serves a role's trunk call from the other's (False: separate networks, roles on
         different inputs, or the double-pass baseline)."""
         return any(cache.cache_check != "off" for cache in self._caches)
+
+    @contextlib.contextmanager
+    def statistics_kept(self) -> Iterator[None]:
+        """Calls made inside (the evaluation episodes) leave the caches' counters as they were: they are no
+        policy/value pairs, so they are not counted as shareable, and a repeated input's hit must not count
+        either (it raised the reported hit rate above 100% on a task whose frames repeat)."""
+        saved = [dataclasses.replace(cache.stats) for cache in self._caches]
+        try:
+            yield
+        finally:
+            for cache, stats in zip(self._caches, saved):
+                cache.stats = stats
 
     @property
     def sfp_share_rate(self) -> float:

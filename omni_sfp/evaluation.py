@@ -65,4 +65,5 @@ def evaluate_agent(agent, env, episodes: int) -> float | None:
     def act(observations: torch.Tensor) -> torch.Tensor:
         return agent.act(observations, env.state(), timestep=0, timesteps=0)[1]["mean_actions"]
 
-    return evaluate(env, act, episodes=episodes, max_length=int(max_length))
+    with agent.statistics_kept():  # the cache statistics stay the training's
+        return evaluate(env, act, episodes=episodes, max_length=int(max_length))

@@ -313,15 +313,13 @@ class Runner:
         steps_done = (learner.iteration - learner.start_iteration) * cfg.train.ppo.rollouts * self.env.num_envs
         steps_done *= self.world_size
         interrupted = stop.signal_name
-        # the training's rate: the evaluation's calls are no shareable pairs, yet a repeated input hits the cache
-        sfp_hit_rate = self.agent.sfp_share_rate if self._cache_in_use else None
         # an interrupted run skips the evaluation episodes: whoever sent the signal wants the process gone
         final_return = self.evaluate(episodes=1) if main and interrupted is None else None
         task = self.task
         summary = Summary(
             training_time_s=elapsed,
             sps=steps_done / elapsed if elapsed > 0 else 0.0,
-            sfp_hit_rate=sfp_hit_rate,
+            sfp_hit_rate=self.agent.sfp_share_rate if self._cache_in_use else None,
             final_return=final_return,
             optimal_return=task.optimal_return() if hasattr(task, "optimal_return") else None,
             iterations=learner.iteration,

@@ -38,6 +38,22 @@ def run_train(*args: str, cwd: Path, timeout: float = 900) -> subprocess.Complet
     )
 
 
+def train_briefly(task: str, tmp_path: Path, *, num_envs: int) -> str:
+    """Two iterations of 8 steps through the CLI, on the CPU; asserts exit 0 and a full cache; the stdout."""
+    result = run_train(
+        f"task={task}",
+        "device=cpu",
+        f"num_envs={num_envs}",
+        "max_iterations=2",
+        "train.ppo.rollouts=8",
+        f"runs_dir={tmp_path / 'runs'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "SFP cache hits: 100.0%" in result.stdout
+    return result.stdout
+
+
 def test_the_installed_isaac_lab_is_3_0_0():
     assert isaclab_version() == (3, 0, 0) and isaaclab.kitless()
 
@@ -185,18 +201,8 @@ def test_isaac_ant_prints_the_upstream_settings_it_took(capsys):
 def test_isaac_ant_direct_trains_through_the_cli_on_the_newton_ant(tmp_path):
     """Isaac Lab's Ant asset comes from NVIDIA's cloud; newton's ant (conftest: standin_assets) stands in for it.
     Before, this needed ``trimesh`` (the terrain importer), which isaaclab's requirements leave out."""
-    result = run_train(
-        "task=Isaac-Ant-Direct",
-        "device=cpu",
-        "num_envs=8",
-        "max_iterations=2",
-        "train.ppo.rollouts=8",
-        f"runs_dir={tmp_path / 'runs'}",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "SFP cache hits: 100.0%" in result.stdout
-    assert "[omni_sfp] Isaac-Ant-Direct: " in result.stdout  # its registered skrl config's settings
+    out = train_briefly("Isaac-Ant-Direct", tmp_path, num_envs=8)
+    assert "[omni_sfp] Isaac-Ant-Direct: " in out  # its registered skrl config's settings
 
 
 def test_training_through_the_cli(tmp_path):
