@@ -17,9 +17,9 @@ __version__ = "0.1.0"
 __all__ = ["SFPStats", "SharedActorCritic", "SingleForwardPass", "__version__"]
 
 _LAZY = {
-    "SharedActorCritic": "omni_sfp.models",
-    "SingleForwardPass": "omni_sfp.cache",
-    "SFPStats": "omni_sfp.cache",
+    "SharedActorCritic": "omni_sfp.sfp.models",
+    "SingleForwardPass": "omni_sfp.sfp.cache",
+    "SFPStats": "omni_sfp.sfp.cache",
 }
 
 
@@ -48,8 +48,8 @@ if (
     sys.meta_path.append(_CheckoutTasks)
 
 if TYPE_CHECKING:
-    from omni_sfp.cache import SFPStats, SingleForwardPass
-    from omni_sfp.models import SharedActorCritic
+    from omni_sfp.sfp.cache import SFPStats, SingleForwardPass
+    from omni_sfp.sfp.models import SharedActorCritic
 
 
 def __getattr__(name: str) -> Any:

@@ -31,7 +31,8 @@ def _error(message: object) -> None:
 
 def draw_seed(cfg) -> int | None:
     """``seed=-1``: replace it in ``cfg`` by a random seed (the same on every rank) and print it; returns it."""
-    from omni_sfp import distributed, schema
+    from omni_sfp.compute import distributed
+    from omni_sfp.config import schema
 
     if cfg.seed != schema.RANDOM_SEED:
         return None
@@ -54,12 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__.strip())
-        print("\nEvery key, its default, range and meaning: omni_sfp/schema.py (the README's Configuration table).")
+        print(
+            "\nEvery key, its default, range and meaning: omni_sfp/config/schema.py (the README's Configuration table)."
+        )
         print("Every task, its sizes and config source: python -m omni_sfp.list_tasks")
         return EXIT_OK
-    from omni_sfp import distributed
+    from omni_sfp.compute import distributed
 
-    distributed.setup()  # before anything imports skrl (see omni_sfp/distributed.py)
+    distributed.setup()  # before anything imports skrl (see omni_sfp/compute/distributed.py)
     try:
         return _run(argv)
     except KeyboardInterrupt:  # Ctrl-C before training started (or a second one while stopping)
@@ -70,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    from omni_sfp.checkpoint import CheckpointError
-    from omni_sfp.config import ConfigError, load_config
     from omni_sfp.envs.isaaclab import IsaacLabError
     from omni_sfp.envs.oige import OIGEError
-    from omni_sfp.registry import MissingDependencyError, UnknownTaskError
+    from omni_sfp.envs.registry import MissingDependencyError, UnknownTaskError
+    from omni_sfp.run.checkpoint import CheckpointError
+    from omni_sfp.run.compose import ConfigError, load_config
 
     # bad input: the config, the checkpoint, or a task this machine cannot build (its simulator is missing).
     # Not any RuntimeError: a CUDA out-of-memory or a bug is no bad input and keeps its traceback.
@@ -84,15 +87,15 @@ def _run(argv: list[str]) -> int:
         draw_seed(cfg)
         if cfg.train.models.compile is not True:  # eager (or auto: eager first) traces nothing yet: skip
             # torch._dynamo's import (~4 s); compile_policy.compile_trunk restores torch's guards if auto compiles
-            from omni_sfp.coldstart import defer_dynamo_import
+            from omni_sfp.compute.coldstart import defer_dynamo_import
 
             defer_dynamo_import()
-        from omni_sfp.device import precision_note
-        from omni_sfp.runner import Runner
+        from omni_sfp.compute.device import precision_note
+        from omni_sfp.run.runner import Runner
 
         runner = Runner(cfg)
         if cfg.train.models.compile is not True:
-            from omni_sfp.coldstart import eager_optimizer_step
+            from omni_sfp.compute.coldstart import eager_optimizer_step
 
             eager_optimizer_step(runner.agent.optimizer)
     except bad_input as error:
@@ -100,7 +103,7 @@ def _run(argv: list[str]) -> int:
         return EXIT_USAGE
 
     if cfg.test:
-        from omni_sfp.video import VideoError
+        from omni_sfp.run.outputs.video import VideoError
 
         try:
             mean_return = runner.test()
@@ -112,7 +115,7 @@ def _run(argv: list[str]) -> int:
         _print_outputs(runner)
         return EXIT_OK
 
-    from omni_sfp.agent import NonFiniteError
+    from omni_sfp.ppo.agent import NonFiniteError
 
     main_process = runner.run_dir is not None
     if main_process:
@@ -123,8 +126,8 @@ def _run(argv: list[str]) -> int:
             f"{precision_note(runner.device, cfg.train.mixed_precision)} | run folder {runner.run_dir}{resumed}",
             flush=True,
         )
-    from omni_sfp.video import VideoError
-    from omni_sfp.wandb_logging import WandbError
+    from omni_sfp.run.outputs.video import VideoError
+    from omni_sfp.run.outputs.wandb_logging import WandbError
 
     try:
         summary = runner.train()

@@ -1,4 +1,4 @@
-"""Every test process (and the training subprocesses it starts) keeps omni_sfp.cpu_choices' measurements in a
+"""Every test process (and the training subprocesses it starts) keeps omni_sfp.compute.cpu_choices' measurements in a
 temporary cache, never in the user's ~/.cache/omni-sfp."""
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from skrl.agents.torch.ppo.ppo import compute_gae as skrl_compute_gae
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
-from omni_sfp.agent import SFPPPO, bounds_loss, compute_gae, soft_action_bounds
-from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
+from omni_sfp.ppo.agent import SFPPPO, bounds_loss, compute_gae, soft_action_bounds
+from omni_sfp.sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 
 UNITS = (16, 16)
 SETTINGS = {
@@ -94,10 +94,10 @@ def flat_parameters(agent: PPO) -> torch.Tensor:
 @pytest.mark.parametrize("kind", ["shared-sfp", "shared-double", "separate"])
 def test_our_update_is_skrls_bit_for_bit(kind, gather, monkeypatch):
     """Both ways of gathering the samples (once an epoch, or a minibatch at a time as for images) take skrl's rows."""
-    import omni_sfp.agent
+    import omni_sfp.ppo.agent
 
     if gather == "per minibatch":
-        monkeypatch.setattr(omni_sfp.agent, "PER_MINIBATCH_GATHER_BYTES", 0)
+        monkeypatch.setattr(omni_sfp.ppo.agent, "PER_MINIBATCH_GATHER_BYTES", 0)
     models = make_models(kind)
     skrl_agent, skrl_tracked = train(PPO, copy.deepcopy(models), updates=3)
     ours, our_tracked = train(SFPPPO, copy.deepcopy(models), updates=3)
@@ -329,7 +329,7 @@ def test_learning_rate_anneal_falls_linearly_over_the_run_and_caps_the_kl_adapti
 
 
 def test_episode_tracker_sums_finished_episodes_and_keeps_a_nan_in_its_own_episode():
-    from omni_sfp.agent import EpisodeTracker
+    from omni_sfp.ppo.agent import EpisodeTracker
 
     tracker = EpisodeTracker(3, torch.device("cpu"))
     steps = [  # rewards and done flags of 3 envs over 4 steps

@@ -17,7 +17,7 @@ from skrl.memories.torch import RandomMemory
 from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
 
 from omni_sfp import SharedActorCritic
-from omni_sfp.agent import SFPPPO, final_observations
+from omni_sfp.ppo.agent import SFPPPO, final_observations
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS, VecTask
 from omni_sfp.tasks.cartpole import Cartpole
 from omni_sfp.tasks.constant_cost import ConstantCost
@@ -188,7 +188,7 @@ class RampGym(gymnasium.Env):
 
 
 def test_gymnasium_bootstrap_uses_final_obs():
-    from omni_sfp.registry import make_env
+    from omni_sfp.envs.registry import make_env
 
     gymnasium.register("OmniSfpTestRamp-v0", entry_point=RampGym)
     try:

@@ -10,7 +10,7 @@ from tolerances import assert_summation_order_close
 from torch import nn
 
 from omni_sfp import SharedActorCritic, SingleForwardPass
-from omni_sfp.models import make_mlp
+from omni_sfp.sfp.models import make_mlp
 
 OBS, ACT = 6, 2
 
@@ -424,7 +424,7 @@ def test_skrl_target_update_through_data_clears_the_cache():
 
 
 def test_clear_caches_and_invalidate_all_caches_drop_entries():
-    from omni_sfp.cache import clear_caches, invalidate_all_caches
+    from omni_sfp.sfp.cache import clear_caches, invalidate_all_caches
 
     model = make_model()
     x = torch.randn(5, OBS)
@@ -578,7 +578,7 @@ def test_inference_mode_output_modified_in_place_by_a_head_is_not_served_modifie
 def test_separate_backward_per_head_raises_a_clear_error():
     """One trunk output, two losses, two backwards: the second finds the trunk graph freed. The uncached
     twin works, so the cached model says what to do instead of autograd's generic message."""
-    from omni_sfp.cache import SharedGraphBackwardError
+    from omni_sfp.sfp.cache import SharedGraphBackwardError
 
     model, twin = make_model(), make_model("off")
     x = torch.randn(5, OBS)

@@ -1,4 +1,4 @@
-"""omni_sfp.checkpoint (the file: atomic, versioned, refused in one line) and omni_sfp.run_folder.Checkpoints (what
+"""omni_sfp.run.checkpoint (the file: atomic, versioned, refused in one line) and omni_sfp.run.folder.Checkpoints (what
 the runner saves and restores), on tiny in-process runs. The end-to-end resume (an interrupted run continued
 equals the uninterrupted one, bitwise) is tests/test_resume.py, in the slow tier."""
 
@@ -13,12 +13,12 @@ import pytest
 import torch
 from skrl.utils import set_seed
 
-from omni_sfp import checkpoint as ckpt
-from omni_sfp.config import load_config, max_iterations
-from omni_sfp.loop import Learner
-from omni_sfp.registry import make_env
-from omni_sfp.run_folder import Checkpoints
-from omni_sfp.runner import build_agent, build_models
+from omni_sfp.envs.registry import make_env
+from omni_sfp.ppo.loop import Learner
+from omni_sfp.run import checkpoint as ckpt
+from omni_sfp.run.compose import load_config, max_iterations
+from omni_sfp.run.folder import Checkpoints
+from omni_sfp.run.runner import build_agent, build_models
 
 SMALL = [
     "task=Cartpole",
@@ -111,12 +111,12 @@ def test_a_failed_write_in_process_keeps_the_old_file_and_leaves_no_temporary(tm
 
 def test_another_format_version_is_refused_in_one_line_naming_both_versions(tmp_path):
     old = tmp_path / "format1.pt"
-    torch.save({"format": "omni_sfp.checkpoint/1", "modules": {}, "iteration": 3}, old)
+    torch.save({"format": "omni_sfp.run.checkpoint/1", "modules": {}, "iteration": 3}, old)
     with pytest.raises(ckpt.CheckpointError) as error:
         ckpt.load(old)
     message = str(error.value)
     assert message == (
-        f"checkpoint {old}: not an omni-sfp checkpoint (format 'omni_sfp.checkpoint/1', this version "
+        f"checkpoint {old}: not an omni-sfp checkpoint (format 'omni_sfp.run.checkpoint/1', this version "
         f"reads '{ckpt.FORMAT}')"
     )
     incomplete = ckpt.save_atomic({"agent": {}, "iteration": 1}, tmp_path / "incomplete.pt")
@@ -225,7 +225,7 @@ def test_runs_started_in_the_same_second_get_distinct_run_folders(tmp_path, monk
     import datetime
     from concurrent.futures import ThreadPoolExecutor
 
-    from omni_sfp import run_folder
+    from omni_sfp.run import folder as run_folder
 
     class Frozen(datetime.datetime):
         @classmethod

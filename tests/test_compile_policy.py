@@ -8,12 +8,12 @@ import pytest
 import torch
 from gymnasium.spaces import Box
 
-from omni_sfp import schema
-from omni_sfp.compile_policy import MEASURED, CompileCost, compile_trunk, decide_compile, is_compiled
-from omni_sfp.config import ConfigError, load_config
-from omni_sfp.loop import Progress
-from omni_sfp.models import GaussianActor, SharedActorCritic
-from omni_sfp.runner import Runner
+from omni_sfp.compute.compile_policy import MEASURED, CompileCost, compile_trunk, decide_compile, is_compiled
+from omni_sfp.config import schema
+from omni_sfp.ppo.loop import Progress
+from omni_sfp.run.compose import ConfigError, load_config
+from omni_sfp.run.runner import Runner
+from omni_sfp.sfp.models import GaussianActor, SharedActorCritic
 
 COST = CompileCost(compile_s=20.0, saving=0.10, source="hand-made")
 
@@ -60,7 +60,7 @@ def test_compile_trunk_compiles_the_mlp_inside_the_cache_in_place_and_keeps_its_
 def test_a_copy_of_a_compiled_network_runs_its_own_parameters_and_export_takes_the_eager_forward():
     import copy
 
-    from omni_sfp.export import policy_network
+    from omni_sfp.run.outputs.export import policy_network
 
     model = SharedActorCritic(Box(-1, 1, (3,)), Box(-1, 1, (2,)), "cpu", units=(8,))
     compile_trunk(model)

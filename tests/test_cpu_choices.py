@@ -1,4 +1,4 @@
-"""omni_sfp.cpu_choices: the CPU speed choices, measured once per CPU kind, cached, forced either way, and the
+"""omni_sfp.compute.cpu_choices: the CPU speed choices, measured once per CPU kind, cached, forced either way, and the
 arithmetic within docs/reliability.md's bounds whichever side runs."""
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ import pytest
 import torch
 import yaml
 
-from omni_sfp import cpu_choices
-from omni_sfp.config import load_config
-from omni_sfp.cpu_choices import CPUChoices, Settings, apply, cpu_key, interleaved, pick, resolve
-from omni_sfp.models import SharedActorCritic, elu_kernels, use_elu_kernels
+from omni_sfp.compute import cpu_choices
+from omni_sfp.compute.cpu_choices import CPUChoices, Settings, apply, cpu_key, interleaved, pick, resolve
+from omni_sfp.compute.kernels import elu_kernels, use_elu_kernels
+from omni_sfp.run.compose import load_config
+from omni_sfp.sfp.models import SharedActorCritic
 
 CPU = torch.device("cpu")
 FP32_GRADIENT_BOUND = 1e-5  # docs/reliability.md: gradients within 1e-5 * max|g| in fp32
-ELU_BOUND = 2**-23  # omni_sfp.models.fast_elu: within 2**-23 of torch's ELU
+ELU_BOUND = 2**-23  # omni_sfp.compute.kernels.fast_elu: within 2**-23 of torch's ELU
 FORCED = Settings(elu_no_grad="torch", elu_autograd="torch", allocator="keep_freed", fused_adam=True, threads=1)
 
 
@@ -153,7 +154,7 @@ def test_the_line_names_every_choice_its_source_and_the_figures(monkeypatch, tmp
 
 # -- the run: applied, printed, kept in config.yaml ---------------------------------------------------------------
 def test_a_run_prints_its_choices_and_keeps_them_in_config_yaml(tmp_path, capsys):
-    from omni_sfp.runner import Runner
+    from omni_sfp.run.runner import Runner
 
     cfg = load_config(
         [
@@ -255,13 +256,13 @@ def test_each_adam_side_moves_parameters_alike():
 # the allocator changes where memory comes from, never a value: two processes, each side, the same bits
 STEPS = """
 import sys, torch
-from omni_sfp.cpu_choices import Settings, apply, resolve
+from omni_sfp.compute.cpu_choices import Settings, apply, resolve
 choices = resolve(Settings(elu_no_grad="torch", elu_autograd="torch", allocator=sys.argv[1], fused_adam=True,
                            threads=1), torch.device("cpu"), mixed_precision=False)
 apply(choices, torch.device("cpu"))
-from omni_sfp.device import malloc_tuned
+from omni_sfp.compute.device import malloc_tuned
 torch.manual_seed(0)
-from omni_sfp.models import make_mlp
+from omni_sfp.sfp.models import make_mlp
 net = make_mlp(8, (256, 128))
 optimizer = torch.optim.Adam(net.parameters(), fused=True)
 for step in range(3):

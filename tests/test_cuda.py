@@ -19,8 +19,8 @@ from tolerances import assert_summation_order_close  # noqa: E402
 from torch import nn  # noqa: E402
 
 from omni_sfp import SharedActorCritic, SingleForwardPass  # noqa: E402
-from omni_sfp.config import load_config  # noqa: E402
-from omni_sfp.runner import Runner  # noqa: E402
+from omni_sfp.run.compose import load_config  # noqa: E402
+from omni_sfp.run.runner import Runner  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA (on a GPU machine: python -m omni_sfp.bench.gpu)"

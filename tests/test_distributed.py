@@ -51,11 +51,11 @@ def _digest(*tensors: torch.Tensor) -> str:
 
 def _worker(out: Path) -> None:
     """Run by torchrun in each process: train through the CLI entry point, record digests per update."""
-    from omni_sfp import distributed
+    from omni_sfp.compute import distributed
 
     distributed.setup()  # before the imports below import skrl (main() calls it too; then it is a no-op)
-    from omni_sfp import runner as runner_module
-    from omni_sfp.agent import SFPPPO
+    from omni_sfp.ppo.agent import SFPPPO
+    from omni_sfp.run import runner as runner_module
     from omni_sfp.train import main
 
     rank = int(os.environ["RANK"])
@@ -139,8 +139,8 @@ def launch(tmp_path_factory):
 @pytest.fixture(scope="module")
 def single_process(tmp_path_factory):
     """The same training in one process with both ranks' environments (64): the learning to match."""
-    from omni_sfp.config import load_config
-    from omni_sfp.runner import Runner
+    from omni_sfp.run.compose import load_config
+    from omni_sfp.run.runner import Runner
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

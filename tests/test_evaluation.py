@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from omni_sfp.evaluation import evaluate
+from omni_sfp.run.outputs.evaluation import evaluate
 from omni_sfp.tasks.base import VecTask
 
 
@@ -81,7 +81,7 @@ class FirstDone:
 def test_an_evaluation_after_training_starts_every_env_from_a_reset():
     """skrl's Gymnasium wrapper resets a vector env only once: after 50 steps of "training", an evaluation must
     still see whole first episodes (Pendulum-v1: 200 steps each, it never terminates), not their remainders."""
-    from omni_sfp.registry import make_env
+    from omni_sfp.envs.registry import make_env
 
     env = make_env("gym:Pendulum-v1", num_envs=3, device="cpu", seed=0)
     env.reset()

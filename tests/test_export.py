@@ -15,8 +15,8 @@ import torch
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from torch import nn
 
-from omni_sfp.export import DeployedPolicy, ExportError, deployed_policy, export_policy
-from omni_sfp.models import GaussianActor, SharedActorCritic
+from omni_sfp.run.outputs.export import DeployedPolicy, ExportError, deployed_policy, export_policy
+from omni_sfp.sfp.models import GaussianActor, SharedActorCritic
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
@@ -180,7 +180,7 @@ def test_spec_built_policies_export_their_deterministic_actions(tmp_path, kind):
     import gymnasium
     import onnxruntime
 
-    from omni_sfp import network
+    from omni_sfp.sfp import network
     from tests.test_network import CAMERA_MODELS
 
     box = gymnasium.spaces.Box(-1.0, 1.0, (3,))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from omni_sfp import list_tasks
-from omni_sfp.list_tasks import TaskRow
+from omni_sfp.envs import listing as list_tasks
+from omni_sfp.envs.listing import TaskRow
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def test_misuse_is_one_line_and_exit_2(args, message):
         [sys.executable, "-m", "omni_sfp.list_tasks", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
     )
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.count("\n") == 1 and result.stderr.startswith("omni_sfp.list_tasks: error: ")
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("omni_sfp.envs.listing: error: ")
     assert message in result.stderr
 
 
@@ -165,7 +165,7 @@ def test_sizes_of_images_discrete_spaces_states_and_presets_are_listed():
     """Before: only int sizes showed; a camera task's [3, 96, 96] and a presets container listed as '-'."""
     import gymnasium
 
-    from omni_sfp.list_tasks import _isaaclab_sizes, size_text
+    from omni_sfp.envs.listing import _isaaclab_sizes, size_text
 
     assert size_text([3, 96, 96]) == "3x96x96" and size_text(4) == 4 and size_text(0) is None
     assert size_text(gymnasium.spaces.Discrete(2)) == "Discrete(2)" and size_text({3}) == "Discrete(3)"
@@ -178,7 +178,7 @@ def test_sizes_of_images_discrete_spaces_states_and_presets_are_listed():
         default = Camera()
 
     assert _isaaclab_sizes(Presets) == ("6x96x96", 1, 4)
-    from omni_sfp.list_tasks import TaskRow, format_table
+    from omni_sfp.envs.listing import TaskRow, format_table
 
     table = format_table([TaskRow("Isaac-Cam", "isaaclab", "6x96x96", 1, "cfg", states=4)])
     assert "6x96x96 + states 4" in table

@@ -1,4 +1,4 @@
-"""The iteration loop (omni_sfp.loop.Learner) and the progress output around it (progress.ProgressOutput)."""
+"""The iteration loop (omni_sfp.ppo.loop.Learner) and the progress output around it (progress.ProgressOutput)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from omni_sfp.config import load_config
-from omni_sfp.loop import Learner, Progress
-from omni_sfp.progress import ProgressOutput
-from omni_sfp.registry import make_env
-from omni_sfp.runner import build_agent, build_models
+from omni_sfp.envs.registry import make_env
+from omni_sfp.ppo.loop import Learner, Progress
+from omni_sfp.run.compose import load_config
+from omni_sfp.run.progress import ProgressOutput
+from omni_sfp.run.runner import build_agent, build_models
 
 SMALL = [
     "task=Cartpole",

@@ -1,7 +1,7 @@
 """extension.toml and config/omni.sfp.train.kit: complete, parseable, and one source of truth with cfg/.
 
 The toggles' defaults live in three places that must agree: the manifest's [settings] (what Kit starts with),
-omni_sfp.panel_model.DEFAULTS (what the controller starts with outside Kit) and the resolved Hydra config
+omni_sfp.kit.panel_model.DEFAULTS (what the controller starts with outside Kit) and the resolved Hydra config
 (what `python -m omni_sfp.train` runs with no overrides).
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from omni_sfp import panel_model
-from omni_sfp.panel_model import DEFAULTS, TOGGLE_BY_KEY, TOGGLES, PanelModel
+from omni_sfp.kit import panel_model
+from omni_sfp.kit.panel_model import DEFAULTS, TOGGLE_BY_KEY, TOGGLES, PanelModel
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -84,10 +84,10 @@ def test_every_dependency_is_optional(manifest):
     assert all(spec.get("optional") is True for spec in dependencies.values()), dependencies
 
 
-def test_python_module_is_the_kit_package(manifest):
+def test_python_module_is_the_kit_extension(manifest):
     modules = [m["name"] for m in manifest["python"]["module"]]
-    assert modules == ["omni_sfp.kit"]
-    assert (ROOT / "omni_sfp" / "kit" / "__init__.py").is_file()
+    assert modules == ["omni_sfp.kit.extension"]
+    assert (ROOT / "omni_sfp" / "kit" / "extension.py").is_file()
 
 
 def test_test_section_runs_headless(manifest):

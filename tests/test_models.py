@@ -5,7 +5,7 @@ import torch
 from ppo_driver import BOX_ACT, BOX_OBS, make_agent, run
 
 from omni_sfp import SharedActorCritic
-from omni_sfp.models import GaussianActor, ValueCritic
+from omni_sfp.sfp.models import GaussianActor, ValueCritic
 
 
 def shared(cache_check: str) -> SharedActorCritic:
@@ -114,8 +114,8 @@ def test_init_torch_is_nn_linears_default_and_orthogonal_is_orthogonal(cls):
 
 @pytest.fixture
 def fast_elu_kernels():
-    """omni_sfp's ELU kernel on both paths (process-wide, as omni_sfp.cpu_choices sets it), then as it was."""
-    from omni_sfp.models import elu_kernels, use_elu_kernels
+    """omni_sfp's ELU kernel on both paths (process-wide, as omni_sfp.compute.cpu_choices sets it), then as it was."""
+    from omni_sfp.compute.kernels import elu_kernels, use_elu_kernels
 
     before = elu_kernels()
     use_elu_kernels(no_grad="fast", autograd="fast")
@@ -128,7 +128,7 @@ def test_elu_is_within_its_bound_of_torchs_with_and_without_autograd(fast_elu_ke
 
     import torch.nn.functional as F
 
-    from omni_sfp.models import ELU
+    from omni_sfp.compute.kernels import ELU
 
     elu = ELU()
     grid = torch.cat([torch.linspace(-40.0, 5.0, 1_000_001), -torch.logspace(-38, 1, 10_001)])
@@ -160,7 +160,7 @@ def test_elu_is_within_its_bound_of_torchs_with_and_without_autograd(fast_elu_ke
 def test_elu_takes_the_kernel_chosen_for_each_path():
     import torch.nn.functional as F
 
-    from omni_sfp.models import ELU, elu_kernels, fast_elu, use_elu_kernels
+    from omni_sfp.compute.kernels import ELU, elu_kernels, fast_elu, use_elu_kernels
 
     before, grid = elu_kernels(), torch.linspace(-20.0, 2.0, 100_001)
     try:

@@ -1,4 +1,4 @@
-"""omni_sfp.network: models from a network spec match the library that registered it (skrl's model instantiators,
+"""omni_sfp.sfp.network: models from a network spec match the library that registered it (skrl's model instantiators,
 rl_games' A2C builder), share what both roles share through the cache, and refuse what they cannot build."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from omni_sfp import network
-from omni_sfp.network import NetworkSpecError
+from omni_sfp.sfp import network
+from omni_sfp.sfp.network import NetworkSpecError
 
 CPU = torch.device("cpu")
 BOX1 = spaces.Box(-1.0, 1.0, (1,))

@@ -1,7 +1,7 @@
 """Non-finite observations, rewards and losses: caught at the env step and env index where they appear.
 
 A Cartpole that injects one NaN at a chosen env step and env index drives the real training loop
-(omni_sfp.loop.Learner + SFPPPO, built as the runner builds them); ``train.check_finite`` decides what happens.
+(omni_sfp.ppo.loop.Learner + SFPPPO, built as the runner builds them); ``train.check_finite`` decides what happens.
 """
 
 import math
@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from omni_sfp.agent import NonFiniteError
-from omni_sfp.config import load_config
 from omni_sfp.envs.embedded import EmbeddedEnvWrapper
-from omni_sfp.loop import Learner
-from omni_sfp.runner import build_agent, build_models
+from omni_sfp.ppo.agent import NonFiniteError
+from omni_sfp.ppo.loop import Learner
+from omni_sfp.run.compose import load_config
+from omni_sfp.run.runner import build_agent, build_models
 from omni_sfp.tasks.cartpole import Cartpole
 from omni_sfp.train import main
 
@@ -158,7 +158,7 @@ def test_off_checks_nothing():
 
 
 def test_the_cli_stops_with_one_line_and_exit_code_1(monkeypatch, tmp_path, capsys):
-    import omni_sfp.runner as runner_module
+    import omni_sfp.run.runner as runner_module
 
     def nan_env(name, *, num_envs, device, seed, headless, task_cfg):
         return EmbeddedEnvWrapper(NaNCartpole(num_envs, device, seed, at_step=3, env=2, quantity="rewards", **task_cfg))
@@ -172,7 +172,7 @@ def test_the_cli_stops_with_one_line_and_exit_code_1(monkeypatch, tmp_path, caps
 
 
 def test_first_nonfinite_orders_by_step_then_quantity_then_env():
-    from omni_sfp.agent import first_nonfinite
+    from omni_sfp.ppo.agent import first_nonfinite
 
     observations, rewards = torch.zeros(4, 6, 3), torch.zeros(4, 6, 1)
     assert first_nonfinite(observations=observations, rewards=rewards) is None

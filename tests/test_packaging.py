@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Where each module resolves: omni_sfp.tasks is the root's tasks/, nothing else of the root is inside omni_sfp.
 RESOLVE = """
 import importlib.util, json, sys
-names = ["omni_sfp", "omni_sfp.cache", "omni_sfp.tasks", "omni_sfp.tasks.cartpole", "omni_sfp.omni_sfp",
+names = ["omni_sfp", "omni_sfp.sfp.cache", "omni_sfp.tasks", "omni_sfp.tasks.cartpole", "omni_sfp.omni_sfp",
          "omni_sfp.tests", "omni_sfp.cfg", "omni_sfp.bench"]
 found = {}
 for name in names:
@@ -39,11 +39,13 @@ def resolve(python_args, cwd, env=None):
 
 LIGHT_MODULES = (
     "omni_sfp",
-    "omni_sfp.schema",
-    "omni_sfp.registry",
-    "omni_sfp.toggles",
-    "omni_sfp.launcher",
-    "omni_sfp.panel_model",
+    "omni_sfp.config.schema",
+    "omni_sfp.config.generated",
+    "omni_sfp.kit",
+    "omni_sfp.envs.registry",
+    "omni_sfp.config.toggles",
+    "omni_sfp.kit.launcher",
+    "omni_sfp.kit.panel_model",
     "omni_sfp.envs.oige",
     "omni_sfp.envs.isaaclab",
 )
@@ -55,7 +57,7 @@ pulled = {}
 for name in MODULES:
     importlib.import_module(name)
     pulled[name] = sorted(heavy())
-importlib.import_module("omni_sfp.registry").list_tasks()  # the task sources (OIGE, Isaac Lab) load here
+importlib.import_module("omni_sfp.envs.registry").list_tasks()  # the task sources (OIGE, Isaac Lab) load here
 pulled["registry.list_tasks()"] = sorted(heavy())
 print(json.dumps(pulled))
 """
@@ -83,7 +85,7 @@ def test_a_checkout_that_is_not_installed_maps_only_tasks_into_the_package(tmp_p
 def test_the_editable_install_resolves_the_same_names_to_the_same_files(tmp_path):
     installed = resolve([], tmp_path)  # this venv holds the editable install (.ci/run: pip install -e .)
     checkout = resolve(["-S"], tmp_path, env={"PYTHONPATH": str(ROOT)})
-    for name in ("omni_sfp", "omni_sfp.cache", "omni_sfp.tasks", "omni_sfp.tasks.cartpole", "omni_sfp.omni_sfp"):
+    for name in ("omni_sfp", "omni_sfp.sfp.cache", "omni_sfp.tasks", "omni_sfp.tasks.cartpole", "omni_sfp.omni_sfp"):
         assert installed[name] == checkout[name], name
 
 

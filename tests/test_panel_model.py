@@ -1,4 +1,4 @@
-"""omni_sfp.panel_model: toggles, validation, Hydra overrides, and real runner subprocesses (a fake runner
+"""omni_sfp.kit.panel_model: toggles, validation, Hydra overrides, and real runner subprocesses (a fake runner
 module that writes progress JSON lines, and once the real ``python -m omni_sfp.train``)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from omni_sfp import panel_model
-from omni_sfp.panel_model import DEFAULTS, PanelModel, RunError, ToggleError, coerce, hydra_value
+from omni_sfp.kit import panel_model
+from omni_sfp.kit.panel_model import DEFAULTS, PanelModel, RunError, ToggleError, coerce, hydra_value
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -253,7 +253,7 @@ def test_changed_toggles_change_the_overrides():
 
 @pytest.mark.parametrize("value", [True, False, "auto"])
 def test_the_compile_toggle_reaches_the_runner_as_true_false_or_auto(value):
-    from omni_sfp.config import load_config
+    from omni_sfp.run.compose import load_config
 
     model = PanelModel({"compile": value})
     assert f"train.models.compile={str(value).lower()}" in model.to_overrides()
@@ -261,7 +261,7 @@ def test_the_compile_toggle_reaches_the_runner_as_true_false_or_auto(value):
 
 
 def test_the_runner_config_loader_accepts_the_overrides(tmp_path):
-    from omni_sfp.config import load_config
+    from omni_sfp.run.compose import load_config
 
     model = PanelModel({"num_envs": 16, "units": [8], "checkpoint": str(tmp_path / "a b.pt"), "device": "cpu"})
     cfg = load_config([*model.to_overrides(), f"progress_file={hydra_value(str(tmp_path / 'p.jsonl'))}"])
@@ -270,7 +270,7 @@ def test_the_runner_config_loader_accepts_the_overrides(tmp_path):
 
 # ---- tasks ---------------------------------------------------------------------------------------------
 def test_tasks_come_from_the_registry_and_keep_the_current_one():
-    from omni_sfp import registry
+    from omni_sfp.envs import registry
 
     model = PanelModel()
     assert model.tasks() == registry.list_tasks() and "Cartpole" in model.tasks()
@@ -279,7 +279,7 @@ def test_tasks_come_from_the_registry_and_keep_the_current_one():
 
 
 def test_unknown_task_is_named_with_close_matches():
-    from omni_sfp.registry import UnknownTaskError
+    from omni_sfp.envs.registry import UnknownTaskError
 
     model = PanelModel({"task": "Cartpol"})
     with pytest.raises(UnknownTaskError, match="did you mean 'Cartpole'"):

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from omni_sfp import registry
-from omni_sfp.panel_model import CACHE_CHECKS, PanelModel
+from omni_sfp.envs import registry
+from omni_sfp.kit.panel_model import CACHE_CHECKS, PanelModel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,7 +182,7 @@ def view(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "omni", omni)
     monkeypatch.setitem(sys.modules, "omni.ui", ui)
     monkeypatch.setattr(omni, "ui", ui, raising=False)
-    # load the view alone: omni_sfp.kit's __init__ starts the extension (carb, omni.ext), not needed here
+    # load the view alone, over the omni.ui stand-in
     spec = importlib.util.spec_from_file_location("panel_under_test", ROOT / "omni_sfp" / "kit" / "panel.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

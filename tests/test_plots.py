@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from omni_sfp.plots import learning_curve, series
+from omni_sfp.run.outputs.plots import learning_curve, series
 
 
 def test_iterations_without_a_finished_episode_are_gaps():

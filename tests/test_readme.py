@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from ppo_driver import BOX_ACT, BOX_OBS, make_agent, run
 
-from omni_sfp.config import config_dir, load_config
+from omni_sfp.run.compose import config_dir, load_config
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 from skrl.envs.wrappers.torch import Wrapper
 
-from omni_sfp import registry
+from omni_sfp.envs import registry
 from omni_sfp.envs.embedded import EmbeddedEnvWrapper
-from omni_sfp.registry import TaskSpec, UnknownTaskError, get_task, list_tasks, make_env, register_task
+from omni_sfp.envs.registry import TaskSpec, UnknownTaskError, get_task, list_tasks, make_env, register_task
 from omni_sfp.tasks.base import VecTask
 
 BUILT_IN = ["Cartpole", "ConstantCost", "LQR60x8"]
@@ -125,7 +125,7 @@ def test_a_task_source_that_fails_to_load_is_named_where_its_tasks_are_missing(m
     "unknown task". The unknown-task line and ``python -m omni_sfp.list_tasks`` now say which source failed."""
     from importlib.metadata import EntryPoint
 
-    from omni_sfp import list_tasks as list_tasks_cli
+    from omni_sfp.envs import listing as list_tasks_cli
 
     broken = EntryPoint(name="broken", value="no_such_module_xyz:register", group=registry.SOURCES_GROUP)
     monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [broken])

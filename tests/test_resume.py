@@ -20,9 +20,9 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from omni_sfp import checkpoint as ckpt
-from omni_sfp.config import load_config
-from omni_sfp.runner import Runner
+from omni_sfp.run import checkpoint as ckpt
+from omni_sfp.run.compose import load_config
+from omni_sfp.run.runner import Runner
 from omni_sfp.train import main
 
 pytestmark = pytest.mark.slow  # training runs (module-scoped), a subprocess CLI run and signals

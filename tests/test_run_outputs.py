@@ -14,11 +14,11 @@ import torch
 from test_export import rounding_bound
 from test_video import CART, POLE, mask
 
-from omni_sfp.config import load_config
-from omni_sfp.export import deployed_policy
-from omni_sfp.runner import Runner
+from omni_sfp.run.compose import load_config
+from omni_sfp.run.outputs.export import deployed_policy
+from omni_sfp.run.outputs.video import read_video
+from omni_sfp.run.runner import Runner
 from omni_sfp.train import main
-from omni_sfp.video import read_video
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = [

@@ -1,4 +1,4 @@
-"""omni_sfp.scaler.StandardScaler against skrl's RunningStandardScaler: the same bits, through training calls,
+"""omni_sfp.ppo.scaler.StandardScaler against skrl's RunningStandardScaler: the same bits, through training calls,
 loads and copies, while the float32 statistics it derives are reused between them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 import torch
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 
-from omni_sfp.scaler import StandardScaler
+from omni_sfp.ppo.scaler import StandardScaler
 
 
 def pair(size: int = 5) -> tuple[RunningStandardScaler, StandardScaler]:

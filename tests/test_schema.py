@@ -1,4 +1,4 @@
-"""One source for every setting: omni_sfp/schema.py against the Hydra files, the validation, the panel, the Kit
+"""One source for every setting: omni_sfp/config/schema.py against the Hydra files, the validation, the panel, the Kit
 manifest and the README. Each test here fails when a default, a range or a choice differs between them."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from omni_sfp import panel_model, schema
-from omni_sfp.config import ConfigError, config_dir, load_config, validate
+from omni_sfp.config import generated, schema
+from omni_sfp.kit import panel_model
+from omni_sfp.run.compose import ConfigError, config_dir, load_config, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED = ("Cartpole", "LQR60x8", "ConstantCost")
@@ -32,7 +33,7 @@ def leaves(node, prefix=""):
 def test_the_generated_files_are_up_to_date():
     """cfg/config.yaml, cfg/train/PPO.yaml, the README table and the manifest's [settings] equal what the
     schema renders: a hand edit of any of them, or a schema edit without `--write`, fails here."""
-    assert schema.stale_files() == [], "run: python -m omni_sfp.schema --write"
+    assert generated.stale_files() == [], "run: python -m omni_sfp.schema --write"
 
 
 @pytest.mark.parametrize(
@@ -48,7 +49,7 @@ def test_the_drift_check_sees_a_changed_seed_default_or_range(monkeypatch, chang
     changed = dataclasses.replace(seed, **change)
     monkeypatch.setattr(schema, "TOP", tuple(changed if s is seed else s for s in schema.TOP))
     monkeypatch.setattr(schema, "SETTINGS", schema.TOP + schema.TRAIN)
-    stale = {p.name for p in schema.stale_files()}
+    stale = {p.name for p in generated.stale_files()}
     assert "README.md" in stale  # the table shows the default and the range
     if "default" in change:  # (the manifest follows the panel's toggles, built from the schema at import)
         assert "config.yaml" in stale
@@ -64,7 +65,7 @@ def test_the_drift_check_sees_a_changed_choice(monkeypatch):
         ),
     )
     monkeypatch.setattr(schema, "SETTINGS", schema.TOP + schema.TRAIN)
-    assert {p.name for p in schema.stale_files()} == {"README.md", "PPO.yaml"}
+    assert {p.name for p in generated.stale_files()} == {"README.md", "PPO.yaml"}
 
 
 @pytest.mark.parametrize("task", EMBEDDED)
@@ -156,7 +157,7 @@ def test_the_panel_accepts_exactly_what_validation_accepts_for_the_seed():
 
 
 def test_each_constant_is_defined_once():
-    from omni_sfp import cache, models
+    from omni_sfp.sfp import cache, models
 
     assert cache.CACHE_CHECKS is schema.CACHE_CHECKS is panel_model.CACHE_CHECKS
     assert list(models.ACTIVATIONS) == list(schema.ACTIVATIONS)
@@ -165,7 +166,8 @@ def test_each_constant_is_defined_once():
 
 
 def test_check_finite_choices_and_activations_are_the_schemas_own():
-    from omni_sfp import agent, upstream
+    from omni_sfp.envs import upstream
+    from omni_sfp.ppo import agent
 
     assert agent.CHECK_FINITE is schema.CHECK_FINITE
     assert upstream.ACTIVATIONS == tuple(schema.ACTIVATIONS)
@@ -208,7 +210,7 @@ def test_the_device_parser_refuses_what_validation_refuses(text):
     ],
 )
 def test_yaml_values_read_back_as_the_same_value(value, text):
-    assert schema.yaml_value(value) == text
+    assert generated.yaml_value(value) == text
     assert OmegaConf.create(f"key: {text}").key == value
 
 

@@ -1,5 +1,5 @@
 """Tasks beyond flat Box in and out train with the network their spaces call for: Discrete and MultiDiscrete
-actions, image observations, a critic on states (omni_sfp.network through the runner)."""
+actions, image observations, a critic on states (omni_sfp.sfp.network through the runner)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from omni_sfp.config import load_config
-from omni_sfp.runner import Runner, observation_normalization
+from omni_sfp.run.compose import load_config
+from omni_sfp.run.runner import Runner, observation_normalization
 
 SHORT = ["num_envs=16", "train.ppo.rollouts=16", "train.ppo.mini_batches=2", "train.ppo.learning_epochs=2"]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from omni_sfp.config import load_config
-from omni_sfp.runner import Runner
+from omni_sfp.run.compose import load_config
+from omni_sfp.run.runner import Runner
 from omni_sfp.train import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,9 +9,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import omni_sfp.runner as runner_module
-from omni_sfp import schema
-from omni_sfp.config import ConfigError, load_config
+import omni_sfp.run.runner as runner_module
+from omni_sfp.config import schema
+from omni_sfp.run.compose import ConfigError, load_config
 from omni_sfp.train import draw_seed, main
 
 SMALL = [

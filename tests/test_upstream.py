@@ -1,11 +1,12 @@
-"""omni_sfp.upstream's network mapping: the network a library registered reaches ``train.models``, a plain MLP as
+"""omni_sfp.envs.upstream's network mapping: the network a library registered reaches ``train.models``, a plain MLP as
 units and activation, anything else whole as ``train.models.network``; what cannot be built is one line."""
 
 from __future__ import annotations
 
 import pytest
 
-from omni_sfp import network, upstream
+from omni_sfp.envs import upstream
+from omni_sfp.sfp import network
 from tests.test_network import CAMERA_MODELS
 
 MLP = [{"name": "net", "input": "OBSERVATIONS", "layers": [32, 32], "activations": "elu"}]

@@ -9,8 +9,8 @@ import copy
 import pytest
 from omegaconf import OmegaConf
 
-import omni_sfp.runner as runner_module
-from omni_sfp.config import ConfigError, load_config, validate
+import omni_sfp.run.runner as runner_module
+from omni_sfp.run.compose import ConfigError, load_config, validate
 from omni_sfp.train import main
 
 EMBEDDED = ("Cartpole", "LQR60x8", "ConstantCost")

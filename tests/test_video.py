@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from omni_sfp import video
-from omni_sfp.registry import make_env
+from omni_sfp.envs.registry import make_env
+from omni_sfp.run.outputs import video
+from omni_sfp.run.outputs.video import RecordingEnv, VideoError, as_frame, read_video, write_video
 from omni_sfp.tasks.cartpole import Cartpole
-from omni_sfp.video import RecordingEnv, VideoError, as_frame, read_video, write_video
 
 POLE, CART = (230, 140, 30), (40, 70, 160)
 

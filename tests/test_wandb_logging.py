@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_sfp.wandb_logging import RUN_ID_FILE, MirroredWriter, WandbError, WandbSettings, mirror, start_run
+from omni_sfp.run.outputs.wandb_logging import RUN_ID_FILE, MirroredWriter, WandbError, WandbSettings, mirror, start_run
 
 wandb = pytest.importorskip("wandb", reason="pip install omni-sfp[wandb]")
 

@@ -153,7 +153,7 @@ def _meta(device: str, threads: int, argv: list[str]) -> dict:
         except PackageNotFoundError:
             return None
 
-    from omni_sfp.cpu_choices import cpu_identity, simd_flags
+    from omni_sfp.compute.cpu_choices import cpu_identity, simd_flags
 
     identity = cpu_identity()
     kind = ", ".join(
@@ -378,7 +378,7 @@ def _env_overhead(parser, args, threads, meta, stem: Path, log) -> int:
     import torch
 
     from omni_sfp.bench.envrate import markdown, measure_env_overhead
-    from omni_sfp.config import ConfigError, load_config
+    from omni_sfp.run.compose import ConfigError, load_config
 
     torch.set_num_threads(threads)
     overrides = shlex.split(args.train_args)
@@ -396,7 +396,7 @@ def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
     import torch
 
     from omni_sfp.bench.quality import markdown, plot, run_quality, select_configs
-    from omni_sfp.registry import get_task
+    from omni_sfp.envs.registry import get_task
 
     torch.set_num_threads(threads)
     seeds = args.seeds or 5
@@ -406,7 +406,7 @@ def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
             get_task(task)
         configs = select_configs(args.quality_configs)
         if args.quality_set:
-            from omni_sfp.config import load_config
+            from omni_sfp.run.compose import load_config
 
             load_config([f"task={tasks[0] if tasks else args.quality_tasks}", *args.quality_set])  # one clear line
     except ValueError as error:

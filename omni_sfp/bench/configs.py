@@ -234,7 +234,7 @@ def select_rows(spec: str, preset: str = "cpu") -> list[Row]:
 
 
 def kernels_info(choices: dict[str, Any], sources: dict[str, str] | None = None) -> dict[str, Any]:
-    """A row's CPU speed choices (omni_sfp.cpu_choices' names) and, for the rows that choose, where each came
+    """A row's CPU speed choices (omni_sfp.compute.cpu_choices' names) and, for the rows that choose, where each came
     from ("measured", "cached", "forced", "default: ..."): the report names them for every row."""
     return {"choices": dict(choices), "sources": dict(sources or {})}
 
@@ -264,7 +264,7 @@ UNALIGNED: dict[str, list[str]] = {
     ],
     "skrl": [
         "driven by skrl's own SequentialTrainer (per-step timing bookkeeping); the omni-sfp rows by the "
-        "product's loop (omni_sfp/loop.py Learner)",
+        "product's loop (omni_sfp/ppo/loop.py Learner)",
         "its time-limit bootstrap runs a value-only trunk forward on every step where some env truncated "
         "(one host sync per step for truncated.any())",
     ],
@@ -272,8 +272,8 @@ UNALIGNED: dict[str, list[str]] = {
         "with bootstrap on, omni-sfp evaluates V(next obs) on every step, served to the next step's policy and "
         "value calls by the keyed cache (a miss there is a full forward: the double-pass row pays it)",
         "on CPU its ELU kernels (torch's, or max(x, exp(min(x, 0)) - 1) within 2**-23 of it), its allocator (glibc's "
-        "defaults, or keeping freed memory: omni_sfp/device.py keep_freed_memory) and fused Adam are chosen by "
-        "measurement once per CPU kind (omni_sfp/cpu_choices.py; the kernels column says what each row ran with); "
+        "defaults, or keeping freed memory: omni_sfp/compute/device.py keep_freed_memory) and fused Adam are chosen by "
+        "measurement once per CPU kind (omni_sfp/compute/cpu_choices.py; the kernels column says what each row ran with); "
         "rl_games and skrl use torch's nn.ELU and glibc's defaults",
     ],
     "floor": [

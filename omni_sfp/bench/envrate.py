@@ -3,7 +3,7 @@
 *bare*: the vector env alone, built as the product builds it (for ``gym:<Id>``: ``gymnasium.make_vec``,
 synchronous, same-step autoreset), stepped with actions drawn from its action space. This is what the
 simulator costs, and no trainer can collect faster.
-*rollout*: the product's rollout loop (:meth:`omni_sfp.loop.Learner.rollout`: policy forward, skrl's wrapper,
+*rollout*: the product's rollout loop (:meth:`omni_sfp.ppo.loop.Learner.rollout`: policy forward, skrl's wrapper,
 the agent's memory, episode statistics and the final-observation bootstrap), without the updates.
 The two are interleaved over repetitions in one process, and the report gives medians. The gap per env step,
 in microseconds, is the product's own cost: what there is to close.
@@ -22,13 +22,13 @@ import numpy as np
 
 def _bare_rate(cfg, steps: int, seed: int) -> float:
     """Env steps per second of the bare env under random actions (all envs counted), built as the product
-    builds it (:func:`omni_sfp.registry.make_env`). A Gymnasium id is stepped below skrl's wrapper, as the
+    builds it (:func:`omni_sfp.envs.registry.make_env`). A Gymnasium id is stepped below skrl's wrapper, as the
     vector env itself."""
     import torch
     from omegaconf import OmegaConf
 
-    from omni_sfp.config import num_envs
-    from omni_sfp.registry import GYM_PREFIX, make_env
+    from omni_sfp.envs.registry import GYM_PREFIX, make_env
+    from omni_sfp.run.compose import num_envs
 
     envs = num_envs(cfg)
     task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
@@ -60,8 +60,8 @@ def _bare_rate(cfg, steps: int, seed: int) -> float:
 def _rollout_rates(cfg, rollouts_timed: int) -> list[float]:
     """Env steps per second of the product's rollout loop, one figure per rollout of ``cfg.train.ppo.rollouts``
     steps (the first, which warms up, is dropped)."""
-    from omni_sfp.config import num_envs
-    from omni_sfp.runner import Runner
+    from omni_sfp.run.compose import num_envs
+    from omni_sfp.run.runner import Runner
 
     runner = Runner(cfg, disable_progressbar=True)
     learner, env = runner.learner, runner.env
@@ -83,7 +83,7 @@ def _rollout_rates(cfg, rollouts_timed: int) -> list[float]:
 
 def measure_env_overhead(overrides: list[str], *, repetitions: int, rollouts: int = 4, seed: int = 0) -> dict[str, Any]:
     """``repetitions`` interleaved pairs (bare, rollout) on the task of ``overrides``; medians and ranges."""
-    from omni_sfp.config import load_config
+    from omni_sfp.run.compose import load_config
 
     with tempfile.TemporaryDirectory(prefix="omni_sfp_envrate_") as folder:
         cfg = load_config([*overrides, f"seed={seed}", "device=cpu", f"runs_dir={Path(folder)}"])

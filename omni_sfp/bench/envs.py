@@ -9,7 +9,7 @@ import torch
 from omni_sfp.bench.configs import Work
 from omni_sfp.bench.replay import Recording, ReplayTask
 from omni_sfp.envs.embedded import EmbeddedEnvWrapper
-from omni_sfp.registry import make_env
+from omni_sfp.envs.registry import make_env
 
 
 class StaggeredStart(EmbeddedEnvWrapper):

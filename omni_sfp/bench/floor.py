@@ -4,7 +4,7 @@ Per update: ``horizon + 1`` inference forwards over all envs (the rollout and th
 ``epochs x mini_batches`` steps of forward, backward and fused Adam on contiguous slices of a random batch.
 No environment, preprocessing, GAE, clipping or bookkeeping, and the fastest Adam torch has: what this work
 costs on this machine at best, so a row's ratio to it is its framework overhead. It runs with the CPU choices
-omni-sfp's rows make (omni_sfp.cpu_choices: the ELU kernels, the allocator, fused Adam, measured once per CPU
+omni-sfp's rows make (omni_sfp.compute.cpu_choices: the ELU kernels, the allocator, fused Adam, measured once per CPU
 kind) at the benchmark's thread count, so none of them is counted as overhead.
 
 What it leaves out, and so what a peer row may legitimately spend above it: the env, sampling actions, the
@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from omni_sfp.bench.configs import Row, Work, kernels_info
-from omni_sfp.cpu_choices import Settings, apply, resolve
-from omni_sfp.models import make_mlp
+from omni_sfp.compute.cpu_choices import Settings, apply, resolve
+from omni_sfp.sfp.models import make_mlp
 
 
 class FloorNet(nn.Module):

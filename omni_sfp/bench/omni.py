@@ -9,11 +9,11 @@ import torch
 from omegaconf import DictConfig
 
 from omni_sfp.bench.configs import Row, Work, kernels_info
-from omni_sfp.config import load_config
-from omni_sfp.cpu_choices import apply_config
-from omni_sfp.device import resolve_device
-from omni_sfp.loop import Learner
-from omni_sfp.runner import build_agent, build_models
+from omni_sfp.compute.cpu_choices import apply_config
+from omni_sfp.compute.device import resolve_device
+from omni_sfp.ppo.loop import Learner
+from omni_sfp.run.compose import load_config
+from omni_sfp.run.runner import build_agent, build_models
 
 
 def _flag(value: bool) -> str:

@@ -10,7 +10,7 @@ epochs, with fewer samples: 8 envs x 16 rollouts = 128 samples, 4 minibatches of
 What is timed is the update alone, on the same synthetic rollout for every row (random images, actions, rewards;
 no env: the rollout is not what differs between the rows). Rows, interleaved, medians of ``--repetitions``:
 
-- ``omni-sfp``: our agent (:class:`omni_sfp.agent.SFPPPO`) with the spec-built shared model, the keyed cache on;
+- ``omni-sfp``: our agent (:class:`omni_sfp.ppo.agent.SFPPPO`) with the spec-built shared model, the keyed cache on;
 - ``omni-sfp double``: the same with ``cache_check=off``: each role runs the CNN (forward and backward);
 - ``skrl built-in``: skrl 2.1.1's own PPO with its ``shared_model(single_forward_pass=True)`` from the same YAML
   (skrl's unkeyed single forward pass);
@@ -154,8 +154,8 @@ def _skrl_agent(work: PixelWork, mixed: bool, rollout, *, ours: bool, cache_chec
     observation, action = _spaces()
     memory = RandomMemory(memory_size=work.horizon, num_envs=work.num_envs, device="cpu")
     if ours:
-        from omni_sfp import network
-        from omni_sfp.agent import SFPPPO
+        from omni_sfp.ppo.agent import SFPPPO
+        from omni_sfp.sfp import network
 
         spec = network.parse(MODELS)
         model = network.build_models(spec, observation, action, torch.device("cpu"), cache_check=cache_check)["policy"]

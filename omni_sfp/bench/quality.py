@@ -28,8 +28,8 @@ import torch
 from scipy import stats
 from skrl.envs.wrappers.torch.base import Wrapper
 
-from omni_sfp.agent import EpisodeTracker
-from omni_sfp.evaluation import evaluate
+from omni_sfp.ppo.agent import EpisodeTracker
+from omni_sfp.run.outputs.evaluation import evaluate
 
 ENV_NAME = "omni_sfp_quality"
 
@@ -145,7 +145,7 @@ def _config(
     overrides: Sequence[str],
     extra: Sequence[str] = (),
 ):
-    from omni_sfp.config import load_config
+    from omni_sfp.run.compose import load_config
 
     base = [f"task={task}", f"seed={seed}", f"device={device}", f"runs_dir={runs_dir}", *extra]
     if iterations is not None:
@@ -171,7 +171,7 @@ def train_once(
         return _train_rlgames(task, seed, device=device, runs_dir=runs_dir, iterations=iterations, overrides=overrides)
     if config.trainer == "skrl":
         return _train_skrl(task, seed, device=device, runs_dir=runs_dir, iterations=iterations, overrides=overrides)
-    from omni_sfp.runner import Runner
+    from omni_sfp.run.runner import Runner
 
     cfg = _config(
         task,
@@ -233,9 +233,9 @@ def _peer_env(cfg):
     """The task as the runner builds it, wrapped in an :class:`EpisodeRecorder`."""
     from omegaconf import OmegaConf
 
-    from omni_sfp.config import num_envs
-    from omni_sfp.device import resolve_device
-    from omni_sfp.registry import make_env
+    from omni_sfp.compute.device import resolve_device
+    from omni_sfp.envs.registry import make_env
+    from omni_sfp.run.compose import num_envs
 
     device = resolve_device(cfg.device)
     task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
@@ -258,7 +258,7 @@ def rlgames_params(cfg, *, device: str, train_dir: str, threads: int) -> dict[st
     ``value_clip`` must equal ``ratio_clip`` (or be 0); its KL-adaptive schedule steps per minibatch
     (skrl's: per epoch). ``bounds_loss_coef`` is ``train.ppo.bounds_loss_scale`` (our update has rl_games'
     bound loss; plain skrl's PPO has none)."""
-    from omni_sfp.config import num_envs
+    from omni_sfp.run.compose import num_envs
 
     t, p = cfg.train, cfg.train.ppo
     if p.value_clip and p.value_clip != p.ratio_clip:
@@ -405,7 +405,7 @@ def _train_skrl(
     from skrl.utils import set_seed
 
     from omni_sfp.bench.skrl_builtin import TimedPPO, skrl_shared_model
-    from omni_sfp.runner import ppo_cfg
+    from omni_sfp.run.runner import ppo_cfg
 
     cfg = _config(task, seed, device, runs_dir, iterations, overrides)
     set_seed(int(cfg.seed))

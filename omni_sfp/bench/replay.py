@@ -51,7 +51,7 @@ def record(task: str, *, steps: int, num_envs: int, device: str | torch.device, 
     Actions are uniform in the action space where it is bounded, standard normal where it is not: a
     policy-free stream with the task's real observation and reward statistics.
     """
-    from omni_sfp.registry import make_env
+    from omni_sfp.envs.registry import make_env
 
     env = make_env(task, num_envs=num_envs, device=device, seed=seed)
     generator = torch.Generator(device=env.device).manual_seed(seed)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_sfp.bench.configs import UNALIGNED, Row, Work
-from omni_sfp.cpu_choices import SIMD_FLAGS
+from omni_sfp.compute.cpu_choices import SIMD_FLAGS
 
 FP32_TARGET_SMALL_NETWORK = (256, 128, 64)  # issue 7 asks more of the fp32 ratio on this network
 
@@ -120,7 +120,7 @@ def targets(entries: list[dict[str, Any]], work: Work) -> list[dict[str, Any]]:
 def compile_payback(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per compiled row with its eager twin in the table: what compiling costs once (the difference of their
     first updates, which include building and first calls) and saves per update, and after how many updates
-    it has paid back (the number ``omni_sfp.compile_policy`` decides with)."""
+    it has paid back (the number ``omni_sfp.compute.compile_policy`` decides with)."""
     by_id = {e["id"]: e for e in entries}
     found = []
     for entry in entries:
@@ -155,7 +155,7 @@ def _x(value: float | None, base_id: str, row_id: str) -> str:
 
 
 def kernels_note(infos: list[dict[str, Any]]) -> str:
-    """The CPU choices a row ran with (omni_sfp.cpu_choices), e.g. ``ELU torch/fast, keep_freed, fused Adam, 2
+    """The CPU choices a row ran with (omni_sfp.compute.cpu_choices), e.g. ``ELU torch/fast, keep_freed, fused Adam, 2
     threads`` (ELU without / with autograd); ``varied`` where its repetitions differed; empty where none apply."""
     seen = {json.dumps(info["kernels"]["choices"], sort_keys=True) for info in infos if "kernels" in info}
     if not seen:

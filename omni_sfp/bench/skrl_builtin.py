@@ -16,8 +16,8 @@ from skrl.utils.model_instantiators.torch import shared_model
 
 from omni_sfp.bench.configs import Row, Work, kernels_info
 from omni_sfp.bench.omni import omni_config
-from omni_sfp.device import resolve_device
-from omni_sfp.runner import ppo_cfg
+from omni_sfp.compute.device import resolve_device
+from omni_sfp.run.runner import ppo_cfg
 
 
 def skrl_shared_model(

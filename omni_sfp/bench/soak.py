@@ -80,12 +80,12 @@ def run(overrides: list[str], *, iterations: int, every: int, threads: int, warm
     from omegaconf import OmegaConf
     from skrl.utils import set_seed
 
-    from omni_sfp.cache import sfp_modules
-    from omni_sfp.config import load_config, num_envs
-    from omni_sfp.device import resolve_device
-    from omni_sfp.loop import Learner
-    from omni_sfp.registry import make_env
-    from omni_sfp.runner import build_agent, build_models
+    from omni_sfp.compute.device import resolve_device
+    from omni_sfp.envs.registry import make_env
+    from omni_sfp.ppo.loop import Learner
+    from omni_sfp.run.compose import load_config, num_envs
+    from omni_sfp.run.runner import build_agent, build_models
+    from omni_sfp.sfp.cache import sfp_modules
 
     torch.set_num_threads(threads)
     cfg = load_config([*overrides, f"max_iterations={iterations}"])
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.iterations < 1 or args.every < 1 or args.warmup < 0:
         parser.error("--iterations and --every must be >= 1, --warmup >= 0")
-    from omni_sfp.config import ConfigError
+    from omni_sfp.run.compose import ConfigError
 
     try:
         result = run(

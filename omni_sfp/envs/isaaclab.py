@@ -29,10 +29,10 @@ import signal
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from omni_sfp.schema import parse_device
+from omni_sfp.config.schema import parse_device
 
 if TYPE_CHECKING:
-    from omni_sfp.registry import TaskSpec
+    from omni_sfp.envs.registry import TaskSpec
 
 PREFIXES = ("Isaac-", "IsaacContrib-")
 ENTRY_POINT = "omni_sfp.envs.isaaclab:make_isaaclab_env"
@@ -89,7 +89,7 @@ def check_id(name: str) -> None:
     :raises UnknownTaskError: unknown id (with the closest registered ids).
     :raises IsaacLabError: a multi-agent task.
     """
-    from omni_sfp.registry import UnknownTaskError
+    from omni_sfp.envs.registry import UnknownTaskError
 
     ids = load_ids()
     if name not in ids:
@@ -126,7 +126,7 @@ def resolve(name: str) -> TaskSpec | None:
     :raises UnknownTaskError: Isaac Lab is not installed, or (Isaac Lab 3) has no such id.
     :raises IsaacLabError: a multi-agent id (Isaac Lab 3).
     """
-    from omni_sfp.registry import TaskSpec, UnknownTaskError
+    from omni_sfp.envs.registry import TaskSpec, UnknownTaskError
 
     if not is_isaaclab_id(name):
         return None
@@ -140,7 +140,7 @@ def resolve(name: str) -> TaskSpec | None:
 
 def register_source() -> None:
     """The ``omni_sfp.task_sources`` entry point: resolve Isaac Lab ids on demand (no import of Isaac Lab here)."""
-    from omni_sfp import registry
+    from omni_sfp.envs import registry
 
     registry.register_resolver(resolve)
 
@@ -151,7 +151,7 @@ def register_isaaclab_tasks(ids: list[str] | None = None) -> list[str]:
     Without ``ids``: the ids in Gymnasium's registry now (Isaac Lab 3 imports ``isaaclab_tasks`` for them;
     on 2.x they are there once Isaac Sim runs with Isaac Lab's extensions).
     """
-    from omni_sfp import registry
+    from omni_sfp.envs import registry
 
     if ids is None:
         names = load_ids() if kitless() else registered_ids()

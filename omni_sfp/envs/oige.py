@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni_sfp.schema import DEVICE_GRAMMAR, parse_device
+from omni_sfp.config.schema import DEVICE_GRAMMAR, parse_device
 
 if TYPE_CHECKING:
     from omni_sfp.envs.oige_wrapper import OmniIsaacGymWrapper
@@ -64,7 +64,7 @@ def register_oige_tasks(package: Path | None = None) -> list[str]:
     A task keeps its OmniIsaacGymEnvs name (``task=Ant``) unless another kind holds it (the embedded
     ``Cartpole``): then it is registered as ``OIGE-<Name>``. Registering twice is a no-op.
     """
-    from omni_sfp import registry
+    from omni_sfp.envs import registry
 
     package = package or package_dir()
     if package is None:
@@ -80,7 +80,7 @@ def register_oige_tasks(package: Path | None = None) -> list[str]:
 
 
 def devices(device: str, cuda_available: bool) -> dict[str, Any]:
-    """OmniIsaacGymEnvs' device keys for omni_sfp's ``device`` (:func:`omni_sfp.schema.parse_device`)."""
+    """OmniIsaacGymEnvs' device keys for omni_sfp's ``device`` (:func:`omni_sfp.config.schema.parse_device`)."""
     try:
         kind, index = parse_device(device)
     except ValueError:

@@ -82,7 +82,7 @@ class OmniIsaacGymWrapper(Wrapper):
         obs_dict, rewards, resets, extras = self._env.step(actions)
         self._take(obs_dict)
         # OmniIsaacGymEnvs resets in the next step's pre_physics_step: these observations are the episodes' final
-        # ones, what the time-limit bootstrap needs (omni_sfp.agent.final_observations)
+        # ones, what the time-limit bootstrap needs (omni_sfp.ppo.agent.final_observations)
         self._info = {**(extras or {}), "final_observations": self._observations}
         done = resets.view(-1, 1).to(torch.bool)
         time_outs = extras.get("time_outs") if isinstance(extras, dict) else None

@@ -17,8 +17,8 @@ import carb.settings
 import omni.ext
 import omni.kit.app
 
+from omni_sfp.kit.panel_model import PanelModel
 from omni_sfp.kit.settings import STATE, SettingsBridge
-from omni_sfp.panel_model import PanelModel
 
 MENU_PATH = "Window"
 MENU_NAME = "omni-sfp Training"
@@ -44,7 +44,7 @@ def register_tasks() -> tuple[list[str], list[str]]:
 
     Returns all registered task names and one error line per source that could not be registered.
     """
-    from omni_sfp import registry
+    from omni_sfp.envs import registry
 
     errors = []
     if available("omniisaacgymenvs"):

@@ -1,4 +1,4 @@
-"""The training panel: an ``omni.ui`` window bound to :class:`~omni_sfp.panel_model.PanelModel`.
+"""The training panel: an ``omni.ui`` window bound to :class:`~omni_sfp.kit.panel_model.PanelModel`.
 
 A thin view: every widget edit goes to ``model.set`` (whose one-line error is shown in the panel), every
 model change comes back to the widgets through ``model.subscribe``, and the buttons call the model's
@@ -13,7 +13,7 @@ from typing import Any
 
 from omni import ui
 
-from omni_sfp.panel_model import CACHE_CHECKS, PanelModel, RunError
+from omni_sfp.kit.panel_model import CACHE_CHECKS, PanelModel, RunError
 
 WINDOW_TITLE = "omni-sfp Training"
 COMPILE_CHOICES = ("auto", True, False)  # the compile toggle's values, as the combo box lists them

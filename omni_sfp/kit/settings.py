@@ -1,7 +1,7 @@
 """The settings bridge: carb settings ``/exts/omni.sfp/<key>`` <-> the panel model's toggles.
 
 The settings are seeded by the manifest's ``[settings]``, a ``.kit`` file and ``--/exts/omni.sfp/<key>=...``
-on the command line; the bridge loads them into :class:`~omni_sfp.panel_model.PanelModel` at start and follows
+on the command line; the bridge loads them into :class:`~omni_sfp.kit.panel_model.PanelModel` at start and follows
 every later change (a subscription per key). A change made in the panel goes the other way, so the two always
 agree and the next run's Hydra overrides (published read-only at ``/exts/omni.sfp/state/overrides``) follow.
 """
@@ -14,8 +14,8 @@ from typing import Any
 import carb
 import carb.settings
 
-from omni_sfp.panel_model import PanelModel
-from omni_sfp.toggles import TOGGLE_BY_KEY, TOGGLES, ToggleError, coerce
+from omni_sfp.config.toggles import TOGGLE_BY_KEY, TOGGLES, ToggleError, coerce
+from omni_sfp.kit.panel_model import PanelModel
 
 ROOT = "/exts/omni.sfp"
 STATE = f"{ROOT}/state"  # read-only values the extension publishes (not toggles)

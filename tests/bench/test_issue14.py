@@ -118,7 +118,7 @@ def test_an_eager_optimizer_never_imports_dynamo_and_steps_exactly_as_torchs_own
     script = textwrap.dedent("""
         import sys, warnings
         import torch
-        from omni_sfp.coldstart import defer_dynamo_import, eager_optimizer_step, restore_dynamo_guards
+        from omni_sfp.compute.coldstart import defer_dynamo_import, eager_optimizer_step, restore_dynamo_guards
         warnings.simplefilter("error")
         assert defer_dynamo_import() >= 2
         calls = []

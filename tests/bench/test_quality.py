@@ -17,7 +17,7 @@ from omni_sfp.bench.quality import (
     select_configs,
     solved,
 )
-from omni_sfp.config import load_config
+from omni_sfp.run.compose import load_config
 
 
 def test_rlgames_params_map_the_config_one_to_one():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_sfp import registry
+from omni_sfp.envs import registry
 
 DOUBLE = Path(__file__).resolve().parent / "oige_double"
 DOUBLE_MODULES = ("gym", "omni", "omniisaacgymenvs")

@@ -8,9 +8,8 @@ import pytest
 import torch
 from gymnasium.envs.registration import EnvSpec
 
-from omni_sfp import registry
-from omni_sfp.config import ConfigError, load_config
-from omni_sfp.envs import isaaclab
+from omni_sfp.envs import isaaclab, registry
+from omni_sfp.run.compose import ConfigError, load_config
 
 pytestmark = pytest.mark.skipif(isaaclab.version() is not None, reason="Isaac Lab is installed here")
 

@@ -1,4 +1,4 @@
-"""omni_sfp.envs.oige and omni_sfp.upstream against OmniIsaacGymEnvs 4.0.0's double (tests/envs/oige_double):
+"""omni_sfp.envs.oige and omni_sfp.envs.upstream against OmniIsaacGymEnvs 4.0.0's double (tests/envs/oige_double):
 registration, config composition by Hydra's defaults, make_oige_env's launch by the book, upstream settings."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from omni_sfp import registry, upstream
-from omni_sfp.config import ConfigError, load_config
-from omni_sfp.envs import oige
+from omni_sfp.envs import oige, registry, upstream
 from omni_sfp.envs.oige_wrapper import OmniIsaacGymWrapper
+from omni_sfp.run.compose import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +47,7 @@ def test_register_without_oige_installed_registers_nothing(monkeypatch, scratch_
 
 def test_the_registry_imports_no_adapter():
     # issue 13: registry <-> adapter import cycle. The registry finds the adapters through entry points only.
-    source = (ROOT / "omni_sfp" / "registry.py").read_text()
+    source = (ROOT / "omni_sfp" / "envs" / "registry.py").read_text()
     assert "omni_sfp.envs.oige" not in source and "omni_sfp.envs.isaaclab" not in source
     import importlib.metadata
 
@@ -175,7 +174,7 @@ def test_camera_tasks_get_a_viewport_and_oiges_camera_experience(oige_double):
 def test_cartpole_camera_trains_its_images_through_the_cnn_its_ppo_config_names(oige_double, tmp_path):
     """Crashed before (``mat1 and mat2 shapes cannot be multiplied``: the ``cnn:`` block was ignored and an MLP
     met ``(N, 64, 48, 3)`` images). Now rl_games' network: its convolutions on the permuted images, then [512]."""
-    from omni_sfp.runner import Runner
+    from omni_sfp.run.runner import Runner
 
     cfg = load_config(
         ["task=CartpoleCamera", "num_envs=4", "+task.env.cameraWidth=64", "+task.env.cameraHeight=48"]
@@ -201,7 +200,7 @@ def test_shadow_hand_openai_ff_trains_its_value_on_the_states_as_rl_games_centra
     """Before, both roles read ``observations``: the critic went without the 187 privileged states rl_games'
     ``central_value_config`` gives it, and nothing said so; and the task did not build (``task_map`` was looked up
     by the file's name, ShadowHandOpenAI_FF, not its ``task.name``, ShadowHand)."""
-    from omni_sfp.runner import Runner
+    from omni_sfp.run.runner import Runner
 
     cfg = load_config(
         [

@@ -7,7 +7,7 @@ quotes its output. Run it in the Isaac Lab tier's venv, from the repository root
 
 Both sides: ``--task`` (default ``Isaac-Cartpole-Direct``) from its registered env config (Newton, CPU; cameras
 enabled for a camera task, as Isaac Lab's scripts' ``--enable_cameras``) with ``num_envs`` envs and
-``seed``; the agent from its registered ``skrl_cfg_entry_point`` (ours through omni_sfp.upstream, skrl's as is)
+``seed``; the agent from its registered ``skrl_cfg_entry_point`` (ours through omni_sfp.envs.upstream, skrl's as is)
 for ``iterations * agent.rollouts`` env steps (``--rollouts`` overrides the registered rollouts on both sides, to fit
 a slow task's iterations on 2 cores). Mean return: the mean undiscounted return of the episodes that
 finished in each iteration, averaged over the last ``--last`` iterations (omni_sfp's progress file for ours; the

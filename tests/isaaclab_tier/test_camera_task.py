@@ -1,7 +1,7 @@
 """The real Isaac Lab 3.0.0 camera task, ``Isaac-Cartpole-Camera-Direct`` (kit-less; Newton renders its images on
 the CPU): its presets env config resolves, its registered CNN reaches the models, and it builds and steps.
 
-Before: ``AttributeError: CartpoleCameraEnvCfg object has no attribute 'scene'`` in omni_sfp/upstream.py (the
+Before: ``AttributeError: CartpoleCameraEnvCfg object has no attribute 'scene'`` in omni_sfp/envs/upstream.py (the
 registered env config is a presets container, which Isaac Lab's ``parse_env_cfg`` resolves), and an MLP would have
 met the images (only ``network[0].layers`` was read).
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from omni_sfp import network, registry, upstream
-from omni_sfp.config import load_config
+from omni_sfp.envs import registry, upstream
+from omni_sfp.run.compose import load_config
+from omni_sfp.sfp import network
 
 CAMERA = "Isaac-Cartpole-Camera-Direct"
 

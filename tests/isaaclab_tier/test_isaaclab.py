@@ -17,10 +17,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from omni_sfp import registry
-from omni_sfp.config import ConfigError, load_config
-from omni_sfp.envs import isaaclab
-from omni_sfp.registry import UnknownTaskError
+from omni_sfp.envs import isaaclab, registry
+from omni_sfp.envs.registry import UnknownTaskError
+from omni_sfp.run.compose import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CARTPOLE = "Isaac-Cartpole-Direct"
@@ -149,7 +148,7 @@ def test_env_is_closed_at_exit_after_an_error(tmp_path):
     code = textwrap.dedent(
         f"""
         import atexit
-        from omni_sfp import registry
+        from omni_sfp.envs import registry
         made = {{}}
         # atexit runs last-registered first: this one runs after the adapter's, which make_env registers
         atexit.register(lambda: print("closed at exit:", made["env"]._unwrapped._is_closed, flush=True))

@@ -43,7 +43,7 @@ with open(args["progress_file"] + ".done", "w") as f:
 
 def expected_tasks() -> list[str]:
     sys.path.insert(0, str(ROOT))
-    from omni_sfp import registry  # stdlib only: fine in this venv
+    from omni_sfp.envs import registry  # stdlib only: fine in this venv
 
     return registry.list_tasks()
 
@@ -52,7 +52,7 @@ def test_enabling_starts_the_extension_without_torch(tmp_path):
     run = run_kit(
         tmp_path,
         """
-        import omni_sfp.kit
+        import omni_sfp.kit.extension
         results["enabled"] = manager.is_extension_enabled("omni.sfp")
         results["started"] = settings.get("/exts/omni.sfp/state/started")
         results["registered_tasks"] = settings.get("/exts/omni.sfp/state/registered_tasks")
@@ -60,7 +60,7 @@ def test_enabling_starts_the_extension_without_torch(tmp_path):
         results["ui"] = settings.get("/exts/omni.sfp/state/ui")
         results["subscriptions"] = settings.get("/exts/omni.sfp/state/subscriptions")
         results["run_state"] = settings.get("/exts/omni.sfp/state/run_state")
-        results["instance"] = omni_sfp.kit.get_instance() is not None
+        results["instance"] = omni_sfp.kit.extension.get_instance() is not None
         results["heavy"] = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "skrl", "hydra"))
         """,
     )
@@ -87,9 +87,9 @@ def test_command_line_settings_change_the_runner_overrides(tmp_path):
     run = run_kit(
         tmp_path,
         """
-        import omni_sfp.kit
+        import omni_sfp.kit.extension
         results["published"] = list(settings.get("/exts/omni.sfp/state/overrides"))
-        results["model"] = omni_sfp.kit.get_instance().model.to_overrides()
+        results["model"] = omni_sfp.kit.extension.get_instance().model.to_overrides()
         """,
         args=(
             "--/exts/omni.sfp/num_envs=64",
@@ -116,8 +116,8 @@ def test_runtime_settings_and_panel_edits_stay_in_step(tmp_path):
     run = run_kit(
         tmp_path,
         """
-        import omni_sfp.kit
-        model = omni_sfp.kit.get_instance().model
+        import omni_sfp.kit.extension
+        model = omni_sfp.kit.extension.get_instance().model
         settings.set("/exts/omni.sfp/num_envs", 128)          # a setting changed at runtime ...
         settings.set("/exts/omni.sfp/units", [64])
         settings.set_string("/exts/omni.sfp/mixed_precision", "true")  # ... even as text
@@ -142,8 +142,8 @@ def test_training_runs_as_a_subprocess_polled_by_the_update_loop(tmp_path):
     run = run_kit(
         tmp_path,
         f"""
-        import omni_sfp.kit
-        model = omni_sfp.kit.get_instance().model
+        import omni_sfp.kit.extension
+        model = omni_sfp.kit.extension.get_instance().model
         model.runner_module = "fake_runner"                    # stands in for omni_sfp.train (no torch here)
         model.pythonpath = [{str(tmp_path)!r}]
         model.set("max_iterations", 5)
@@ -173,8 +173,8 @@ def test_disabling_runs_on_shutdown_cleanly(tmp_path):
     run = run_kit(
         tmp_path,
         f"""
-        import omni_sfp.kit
-        model = omni_sfp.kit.get_instance().model  # the model only: Kit warns if the extension object is kept
+        import omni_sfp.kit.extension
+        model = omni_sfp.kit.extension.get_instance().model  # the model only: Kit warns if the extension object is kept
         model.runner_module = "fake_runner"
         model.pythonpath = [{str(tmp_path)!r}]
         model.set("max_iterations", 100000)
@@ -187,7 +187,7 @@ def test_disabling_runs_on_shutdown_cleanly(tmp_path):
         results["running"] = model.running
         results["listeners"] = model.listener_count             # bridge and state listeners gone
         results["state"] = settings.get("/exts/omni.sfp/state")
-        results["instance"] = omni_sfp.kit.get_instance() is None
+        results["instance"] = omni_sfp.kit.extension.get_instance() is None
         settings.set("/exts/omni.sfp/num_envs", 999)
         results["model_num_envs"] = model.get("num_envs")         # no settings subscription left
         model.set("max_iterations", 2)
@@ -258,7 +258,9 @@ def test_control_a_module_that_fails_to_import_still_reports_enabled(tmp_path):
     """Why the tests above check side effects: Kit's "enabled" survives a broken module."""
     broken = tmp_path / "broken" / "omni.sfp"
     broken.mkdir(parents=True)
-    manifest = (ROOT / "extension.toml").read_text().replace('name = "omni_sfp.kit"', 'name = "omni_sfp_missing"')
+    manifest = (
+        (ROOT / "extension.toml").read_text().replace('name = "omni_sfp.kit.extension"', 'name = "omni_sfp_missing"')
+    )
     (broken / "extension.toml").write_text(manifest)
     run = run_kit(
         tmp_path,

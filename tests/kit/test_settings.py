@@ -15,8 +15,8 @@ from pathlib import Path
 import carb_settings_double
 import pytest
 
-from omni_sfp.panel_model import DEFAULTS, PanelModel
-from omni_sfp.toggles import TOGGLE_BY_KEY, coerce
+from omni_sfp.config.toggles import TOGGLE_BY_KEY, coerce
+from omni_sfp.kit.panel_model import DEFAULTS, PanelModel
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "/exts/omni.sfp"
@@ -25,7 +25,7 @@ BASE = "/exts/omni.sfp"
 @pytest.fixture
 def kit(monkeypatch):
     """``(settings, carb, module)``: the stand-in in ``sys.modules`` and omni_sfp/kit/settings.py loaded over it
-    (alone: ``omni_sfp.kit``'s ``__init__`` starts the extension, which needs ``omni.ext``)."""
+    (alone, over the stand-in)."""
     modules = carb_settings_double.modules()
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)

@@ -114,14 +114,14 @@ class ExportedPolicy:
 
 
 def policy_network(policy: nn.Module) -> nn.Module:
-    """The module that maps normalised observations to mean actions, for the models of omni_sfp.models.
+    """The module that maps normalised observations to mean actions, for the models of omni_sfp.sfp.models.
 
     The shared model's trunk is taken from inside its single-forward-pass cache (the cache keys its entries in
     Python and has nothing to do at deployment); a ``torch.compile``-d part is exported as its original module.
 
     :raises ExportError: Another model class (its ``compute`` may do anything; wrap it yourself).
     """
-    from omni_sfp.models import GaussianActor, SharedActorCritic
+    from omni_sfp.sfp.models import GaussianActor, SharedActorCritic
 
     def plain(module: nn.Module) -> nn.Module:
         module = getattr(module, "_orig_mod", module)
@@ -130,7 +130,7 @@ def policy_network(policy: nn.Module) -> nn.Module:
             del module.forward
         return module
 
-    from omni_sfp.network import NetworkSpecError, deterministic_policy
+    from omni_sfp.sfp.network import NetworkSpecError, deterministic_policy
 
     try:
         spec_built = deterministic_policy(policy)  # a network built from a spec (CNN, discrete actions, ...)
@@ -143,7 +143,7 @@ def policy_network(policy: nn.Module) -> nn.Module:
     if isinstance(policy, GaussianActor):
         return plain(policy.net)
     raise ExportError(
-        f"cannot export a {type(policy).__name__}: export knows SharedActorCritic and GaussianActor (omni_sfp.models)"
+        f"cannot export a {type(policy).__name__}: export knows SharedActorCritic and GaussianActor (omni_sfp.sfp.models)"
     )
 
 
@@ -209,7 +209,7 @@ def export_policy(
             "export=true writes policy.onnx with the onnx package, which is not installed: "
             "pip install 'omni-sfp[export]'"
         )
-    from omni_sfp.network import DeterministicPolicy
+    from omni_sfp.sfp.network import DeterministicPolicy
 
     module = deployed_policy(policy, observation_preprocessor, action_space)
     size = int(observation_size if observation_size is not None else policy.num_observations)

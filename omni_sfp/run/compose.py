@@ -1,6 +1,6 @@
 """Loading and validating the Hydra configuration (cfg/), before anything is built.
 
-Every key's type, default, range and doc are defined once in :mod:`omni_sfp.schema` (cfg/config.yaml and
+Every key's type, default, range and doc are defined once in :mod:`omni_sfp.config.schema` (cfg/config.yaml and
 cfg/train/PPO.yaml are generated from it); :func:`validate` checks each key against it, then the combinations
 between keys. The runner uses Hydra's compose API rather than ``@hydra.main``: no working-directory change, no Hydra
 output folder, and every bad input becomes one :class:`ConfigError` line instead of a traceback.
@@ -10,23 +10,12 @@ from __future__ import annotations
 
 import inspect
 import os
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from omni_sfp import schema
-
-
-class ConfigError(ValueError):
-    """A bad configuration value or override; the message names the key, the value and what is allowed."""
-
-
-def config_dir() -> Path:
-    """cfg/ inside the installed package, or at the root of a source checkout."""
-    package = Path(__file__).resolve().parent
-    installed = package / "cfg"
-    return installed if (installed / "config.yaml").is_file() else package.parent / "cfg"
+from omni_sfp.config import schema
+from omni_sfp.config.schema import ConfigError, config_dir
 
 
 def load_config(overrides: list[str]) -> DictConfig:
@@ -43,7 +32,7 @@ def load_config(overrides: list[str]) -> DictConfig:
             cfg = compose(config_name="config", overrides=route_task(overrides))
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_one_line(error)) from None
-    from omni_sfp import upstream  # a simulator task's own tuned settings; the command line's keys still win
+    from omni_sfp.envs import upstream  # a simulator task's own tuned settings; the command line's keys still win
 
     try:
         upstream.apply(cfg, overrides)
@@ -84,7 +73,7 @@ def _refuse_new_keys(overrides: list[str]) -> None:
 def _one_line(error: Exception) -> str:
     text = " ".join(str(error).split())
     if "Could not find 'task/" in text or "Could not find 'train/" in text:
-        from omni_sfp.registry import list_tasks
+        from omni_sfp.envs.registry import list_tasks
 
         return f"{text.split('.')[0]}; known tasks: {', '.join(list_tasks())} (or gym:<Id>)"
     return text
@@ -95,7 +84,7 @@ def _get(cfg: DictConfig, key: str) -> Any:
 
 
 def _check(cfg: DictConfig, key: str) -> Any:
-    """The value of ``key``, checked against its :mod:`omni_sfp.schema` entry (type, range, choices)."""
+    """The value of ``key``, checked against its :mod:`omni_sfp.config.schema` entry (type, range, choices)."""
     value = _get(cfg, key)
     if OmegaConf.is_config(value):
         value = OmegaConf.to_container(value)
@@ -119,7 +108,7 @@ def validate(cfg: DictConfig) -> None:
 
     :raises ConfigError: on the first bad value, naming the key, the value and what is allowed.
     """
-    from omni_sfp.registry import get_task
+    from omni_sfp.envs.registry import get_task
 
     try:
         get_task(cfg.task.name)
@@ -177,15 +166,15 @@ def _validate_network(cfg: DictConfig) -> None:
     """``train.models.network`` parses (its fit to the task's spaces is checked when the models are built)."""
     spec = _get(cfg, "train.models.network")
     if spec is not None:
-        from omni_sfp import network  # torch: only when a network is given
+        from omni_sfp.sfp import network  # torch: only when a network is given
 
         network.parse(OmegaConf.to_container(spec, resolve=True))
 
 
 def _validate_outputs(cfg: DictConfig) -> None:
     """video / export / wandb_* keys: their modules check them (and that their optional packages are installed)."""
-    from omni_sfp import export, video
-    from omni_sfp.wandb_logging import WandbSettings
+    from omni_sfp.run.outputs import export, video
+    from omni_sfp.run.outputs.wandb_logging import WandbSettings
 
     try:
         video.check_config(cfg)
@@ -233,7 +222,7 @@ def _validate_task_env(cfg: DictConfig) -> None:
     runs its own range checks). Simulator and Gymnasium tasks get ``task.env`` as it is."""
     import importlib
 
-    from omni_sfp.registry import get_task
+    from omni_sfp.envs.registry import get_task
 
     spec = get_task(cfg.task.name)
     if spec.kind != "embedded":

@@ -16,7 +16,8 @@ before anything imports skrl):
    and rank > 0 writes no TensorBoard files.
 
 Rank 0 alone writes the run folder; every rank steps its own environments (seeded ``seed + rank``).
-What skrl does not do, this module adds: ``DistributedRunningStandardScaler`` pools each batch's
+What skrl does not do, this package adds: :func:`pooled_moments` (used by
+:class:`omni_sfp.ppo.scaler.DistributedRunningStandardScaler`) pools each batch's
 statistics over the ranks so the observation and value normalisers stay identical (skrl's drift apart,
 each rank normalising with its own data), and :func:`any_rank` / :func:`all_reduce_sum_` let the ranks
 agree on decisions that change which collectives run next (stop, skip an update, raise).
@@ -26,7 +27,6 @@ Single-process runs never touch ``torch.distributed``: every helper is a no-op w
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from contextlib import contextmanager
@@ -179,17 +179,6 @@ def gather_to_main(obj: Any) -> list[Any] | None:
     return gathered
 
 
-def scaler_class() -> type:
-    """The observation/value normaliser class: :class:`omni_sfp.scaler.StandardScaler` (skrl's
-    ``RunningStandardScaler``, cheaper to apply) in a single process, :class:`DistributedRunningStandardScaler`
-    in a multi-process run."""
-    if world_size() > 1:
-        return distributed_scaler_class()
-    from omni_sfp.scaler import StandardScaler
-
-    return StandardScaler
-
-
 def pooled_moments(mean: torch.Tensor, var: torch.Tensor, count) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mean, variance and count of one batch pooled over all ranks (float64; one all-reduce)."""
     mean, var = mean.double(), var.double()
@@ -200,25 +189,3 @@ def pooled_moments(mean: torch.Tensor, var: torch.Tensor, count) -> tuple[torch.
     pooled_mean = packed[:size] / total
     pooled_var = packed[size : 2 * size] / total - pooled_mean.square()
     return pooled_mean.view_as(mean), pooled_var.view_as(var), total
-
-
-@functools.cache
-def distributed_scaler_class() -> type:
-    """:class:`DistributedRunningStandardScaler`, defined on first use: it subclasses skrl's scaler, and
-    importing skrl when this module is imported would run skrl's process-group setup before :func:`setup`."""
-    from omni_sfp.scaler import StandardScaler
-
-    class DistributedRunningStandardScaler(StandardScaler):
-        """skrl's ``RunningStandardScaler`` (as :class:`omni_sfp.scaler.StandardScaler`) whose statistics are
-        updated with each batch pooled over all ranks, so every rank normalises with the same mean and variance:
-        those of all ranks' data.
-
-        Each training call all-reduces one packed float64 vector (sums, sums of squares, count). All ranks
-        make the same training calls in the same order: PPO's minibatch loop is identical on every rank as
-        long as ``kl_threshold`` (a per-rank early stop) is off, which the config requires when distributed.
-        """
-
-        def _parallel_variance(self, input_mean, input_var, input_count) -> None:
-            super()._parallel_variance(*pooled_moments(input_mean, input_var, input_count))
-
-    return DistributedRunningStandardScaler

@@ -1,6 +1,6 @@
 """Running the runner from a UI: which Python, its own process group, and reading the files it writes.
 
-Standard library only (Kit imports it). Used by :class:`omni_sfp.panel_model.PanelModel`.
+Standard library only (Kit imports it). Used by :class:`omni_sfp.kit.panel_model.PanelModel`.
 """
 
 from __future__ import annotations

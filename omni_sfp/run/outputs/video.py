@@ -47,7 +47,7 @@ def check_config(cfg: Any) -> None:
     check_settings(cfg.video_length, cfg.video_interval)
     if not cfg.video:
         return
-    from omni_sfp.registry import get_task
+    from omni_sfp.envs.registry import get_task
 
     spec = get_task(cfg.task.name)
     if spec.kind == "oige":
@@ -68,7 +68,7 @@ def check_config(cfg: Any) -> None:
 
 def render_options(task_name: str) -> dict[str, Any]:
     """What a task's env needs at creation to render ``rgb_array`` frames (merged into its ``task.env``)."""
-    from omni_sfp.registry import get_task
+    from omni_sfp.envs.registry import get_task
 
     kind = get_task(task_name).kind
     if kind == "gymnasium":

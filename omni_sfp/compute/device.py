@@ -1,4 +1,4 @@
-"""The torch device a run uses, from the ``device`` setting (grammar: :func:`omni_sfp.schema.parse_device`)."""
+"""The torch device a run uses, from the ``device`` setting (grammar: :func:`omni_sfp.config.schema.parse_device`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import torch
 
-from omni_sfp import distributed
-from omni_sfp.schema import parse_device
+from omni_sfp.compute import distributed
+from omni_sfp.config.schema import parse_device
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -57,7 +57,7 @@ def keep_freed_memory(device: torch.device) -> bool:
     default run, about 8% of its time. With blocks up to 32 MB (glibc's 64-bit maximum) taken from the heap
     and up to 256 MB of freed memory kept, an update faults ~150 times; the peak memory grows by ~4 MB.
     On a Zen 5 EPYC a training step of that network on 8192 rows took 20-21 ms against 28.5 (5,400 faults a
-    step against under 100). Whether to call it is ``train.kernels.allocator`` (omni_sfp.cpu_choices measures
+    step against under 100). Whether to call it is ``train.kernels.allocator`` (omni_sfp.compute.cpu_choices measures
     it once per CPU kind); once called it stays for the process (:func:`malloc_tuned`).
     """
     global _malloc_tuned

@@ -11,7 +11,7 @@ checkpoint are dropped, so a run killed between checkpoints has no duplicate ite
 run folder starts at the checkpoint's counters. Either way the rest of the run is the one an uninterrupted run
 would have made (tests/test_resume.py). In a multi-process run rank 0 alone writes the run folder; the
 checkpoint holds every rank's environments and RNG states. The file format (atomic writes, ``weights_only``
-reads, one-line refusals) is :mod:`omni_sfp.checkpoint`'s.
+reads, one-line refusals) is :mod:`omni_sfp.run.checkpoint`'s.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from omni_sfp import checkpoint as ckpt
-from omni_sfp import distributed
-from omni_sfp.agent import EpisodeTracker
-from omni_sfp.config import ConfigError, max_iterations, num_envs
-from omni_sfp.loop import Learner, Progress
+from omni_sfp.compute import distributed
+from omni_sfp.ppo.agent import EpisodeTracker
+from omni_sfp.ppo.loop import Learner, Progress
+from omni_sfp.run import checkpoint as ckpt
+from omni_sfp.run.compose import ConfigError, max_iterations, num_envs
 
 
 def make_run_dir(cfg: DictConfig, resume_from: Path | None = None, resumed_at: int | None = None) -> Path:

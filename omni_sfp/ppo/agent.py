@@ -23,7 +23,7 @@ What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 - the agent saves and restores itself (:meth:`SFPPPO.state_dict`); skrl's private fields (``_rollout``,
   ``_current_*``, the preprocessors) are touched in this module only.
 - in a multi-process run every decision that changes which collectives run (skip or raise, the episode
-  statistics that decide ``best.pt``) is agreed between the ranks (:mod:`omni_sfp.distributed`).
+  statistics that decide ``best.pt``) is agreed between the ranks (:mod:`omni_sfp.compute.distributed`).
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from skrl.agents.torch.ppo import PPO
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 
-from omni_sfp import distributed
-from omni_sfp.cache import SFPStats, sfp_modules
-from omni_sfp.schema import CHECK_FINITE
+from omni_sfp.compute import distributed
+from omni_sfp.config.schema import CHECK_FINITE
+from omni_sfp.sfp.cache import SFPStats, sfp_modules
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS
 
 # A sample above this many bytes is gathered a minibatch at a time in the update: a camera image (6 x 96 x 96
@@ -457,7 +457,7 @@ class SFPPPO(PPO):
         return self._value_preprocessor(values, inverse=True)
 
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """skrl's hook, for code that drives the agent the skrl way (omni_sfp.loop calls :meth:`update`)."""
+        """skrl's hook, for code that drives the agent the skrl way (omni_sfp.ppo.loop calls :meth:`update`)."""
         if self.training and not self._rollout % self.cfg.rollouts:
             self.update(timestep=timestep, timesteps=timesteps)
         Agent.post_interaction(self, timestep=timestep, timesteps=timesteps)  # TensorBoard at write_interval

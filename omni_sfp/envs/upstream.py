@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from omni_sfp import schema
+from omni_sfp.config import schema
 
 ACTIVATIONS = tuple(schema.ACTIVATIONS)  # the activations omni_sfp builds
 # keys set on the command line that stand for a mapped key (top-level shortcuts win over the task/train keys)
@@ -58,7 +58,7 @@ def settings_for(task: str, *, num_envs: int | None = None) -> list[Setting]:
     :param num_envs: the user's ``num_envs`` override, if any: rl_games fixes the minibatch *size*, so the number
         of minibatches follows the number of environments actually simulated.
     """
-    from omni_sfp.registry import get_task
+    from omni_sfp.envs.registry import get_task
 
     spec = get_task(task)
     if spec.kind == "isaaclab":
@@ -98,7 +98,7 @@ def _network_settings(models: Mapping[str, Any], source: str) -> list[Setting]:
 
     :raises UpstreamError: a network omni_sfp does not build (one line naming the file and the part).
     """
-    from omni_sfp import network
+    from omni_sfp.sfp import network
 
     models = _plain(models)
     try:
@@ -243,7 +243,7 @@ def _rlgames_network(
 ) -> list[Setting]:
     """rl_games' ``cnn``, discrete spaces and ``central_value_config`` (a critic on ``states``) as
     ``train.models.network``; a recurrent network is refused in one line."""
-    from omni_sfp import network
+    from omni_sfp.sfp import network
 
     critic = (central or {}).get("network")
     try:

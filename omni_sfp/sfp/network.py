@@ -19,7 +19,7 @@ after every layer but ``flatten`` (one name for all, or one per layer); inputs a
 Expressions are parsed once into a small tree of allowed operations: nothing is executed from a string.
 
 Sharing: with ``separate: false`` the containers that both roles define identically, on the same input, form
-one trunk that runs through :class:`~omni_sfp.cache.SingleForwardPass` (skrl's shared model reuses the
+one trunk that runs through :class:`~omni_sfp.sfp.cache.SingleForwardPass` (skrl's shared model reuses the
 policy's containers for the value whatever the value's spec says; here a differing value network, such as a
 critic on ``STATES``, gets its own trunk, and nothing of it is counted as shareable). :func:`describe` says in
 one line what is shared.
@@ -40,9 +40,9 @@ from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixi
 from skrl.utils.spaces.torch import unflatten_tensorized_space
 from torch import nn
 
-from omni_sfp.cache import SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
-from omni_sfp.config import ConfigError
-from omni_sfp.models import ACTIVATIONS
+from omni_sfp.config.schema import ConfigError
+from omni_sfp.sfp.cache import SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
+from omni_sfp.sfp.models import ACTIVATIONS
 
 POLICY_CLASSES = ("GaussianMixin", "CategoricalMixin", "MultiCategoricalMixin")
 VALUE_CLASSES = ("DeterministicMixin",)
@@ -212,7 +212,7 @@ _SKRL_LOG_STD_BOUNDS = {"min_log_std": -20.0, "max_log_std": 2.0}  # GaussianMix
 
 
 def plain_mlp(spec: NetworkSpec) -> tuple[list[int], str] | None:
-    """``(units, activation)`` when ``spec`` is what :class:`~omni_sfp.models.SharedActorCritic` builds: one MLP
+    """``(units, activation)`` when ``spec`` is what :class:`~omni_sfp.sfp.models.SharedActorCritic` builds: one MLP
     container on ``OBSERVATIONS`` per role, the same for both, a Gaussian policy with skrl's default options and
     linear heads. Such a spec trains with the tuned MLP models (and their benchmarks); None otherwise."""
     for role in (spec.policy, spec.value):
@@ -518,7 +518,7 @@ ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
 
 
 def _init_layer(module: nn.Module, init: str, gain: float) -> None:
-    """``train.models.init`` on a linear or conv layer (see :func:`omni_sfp.models._linear`)."""
+    """``train.models.init`` on a linear or conv layer (see :func:`omni_sfp.sfp.models._linear`)."""
     if init == "orthogonal":
         nn.init.orthogonal_(module.weight, gain=gain)
     if init != "torch" and module.bias is not None:
@@ -677,7 +677,7 @@ class _Head(nn.Module):
 
 class _SpecModel:
     """What every spec-built model shares (a mixin before skrl's mixins and ``Model``): building trunks and
-    heads, the policy's act with its deterministic action (``mean_actions``, which :mod:`omni_sfp.evaluation`
+    heads, the policy's act with its deterministic action (``mean_actions``, which :mod:`omni_sfp.run.outputs.evaluation`
     reads: the mean, or each sub-space's argmax), and the cache's controls."""
 
     policy_cls = "GaussianMixin"

@@ -1,9 +1,9 @@
 """From a validated config to a finished run: task -> env -> model (cache) -> SFPPPO -> loop.Learner -> run folder.
 
-This module builds the pieces and calls :meth:`omni_sfp.loop.Learner.learn`, where the iteration happens.
+This module builds the pieces and calls :meth:`omni_sfp.ppo.loop.Learner.learn`, where the iteration happens.
 The pieces around the loop live in their own modules: the run folder, checkpoints and resuming in
-:mod:`omni_sfp.run_folder`, progress output and the summary in :mod:`omni_sfp.progress`, the final
-evaluation in :mod:`omni_sfp.evaluation` and the learning curve in :mod:`omni_sfp.plots`.
+:mod:`omni_sfp.run.folder`, progress output and the summary in :mod:`omni_sfp.run.progress`, the final
+evaluation in :mod:`omni_sfp.run.outputs.evaluation` and the learning curve in :mod:`omni_sfp.run.outputs.plots`.
 """
 
 from __future__ import annotations
@@ -19,22 +19,25 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
-from omni_sfp import checkpoint as ckpt
-from omni_sfp import distributed, network, video
-from omni_sfp.agent import SFPPPO
-from omni_sfp.compile_policy import AutoCompile, compile_trunk
-from omni_sfp.config import max_iterations, num_envs
-from omni_sfp.cpu_choices import apply_config
-from omni_sfp.device import resolve_device
-from omni_sfp.evaluation import evaluate_agent
-from omni_sfp.export import EXPORT_FOLDER, ExportedPolicy
-from omni_sfp.loop import Learner, Progress, StopRequested
-from omni_sfp.models import GaussianActor, SharedActorCritic, ValueCritic
-from omni_sfp.plots import run_curve
-from omni_sfp.progress import ProgressOutput, Summary
-from omni_sfp.registry import make_env
-from omni_sfp.run_folder import Checkpoints, check_resumable, forget_after, make_run_dir
-from omni_sfp.schema import AUTO
+from omni_sfp.compute import distributed
+from omni_sfp.compute.compile_policy import AutoCompile, compile_trunk
+from omni_sfp.compute.cpu_choices import apply_config
+from omni_sfp.compute.device import resolve_device
+from omni_sfp.config.schema import AUTO
+from omni_sfp.envs.registry import make_env
+from omni_sfp.ppo.agent import SFPPPO
+from omni_sfp.ppo.loop import Learner, Progress, StopRequested
+from omni_sfp.ppo.scaler import scaler_class
+from omni_sfp.run import checkpoint as ckpt
+from omni_sfp.run.compose import max_iterations, num_envs
+from omni_sfp.run.folder import Checkpoints, check_resumable, forget_after, make_run_dir
+from omni_sfp.run.outputs import video
+from omni_sfp.run.outputs.evaluation import evaluate_agent
+from omni_sfp.run.outputs.export import EXPORT_FOLDER, ExportedPolicy
+from omni_sfp.run.outputs.plots import run_curve
+from omni_sfp.run.progress import ProgressOutput, Summary
+from omni_sfp.sfp import network
+from omni_sfp.sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 
 
 def rewards_scaler(scale: float) -> Callable:
@@ -124,7 +127,7 @@ def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *,
 
     p = cfg.train.ppo
     if scaler is None:  # skrl's RunningStandardScaler, cheaper to apply; pooled over the ranks when distributed
-        scaler = distributed.scaler_class()
+        scaler = scaler_class()
     normalise = observation_normalization(cfg, env)
     state_space = getattr(env, "state_space", None)
     agent_cfg = PPO_CFG(
@@ -270,7 +273,7 @@ class Runner:
         return self.checkpoints.last
 
     def load_state_dict(self, state: dict[str, Any], *, source: Path, models_only: bool = False) -> None:
-        """Restore a checkpoint (:meth:`omni_sfp.run_folder.Checkpoints.load_state_dict`)."""
+        """Restore a checkpoint (:meth:`omni_sfp.run.folder.Checkpoints.load_state_dict`)."""
         self.checkpoints.load_state_dict(state, source=source, models_only=models_only)
 
     @property
@@ -374,7 +377,7 @@ class Runner:
 
     def _start_wandb(self):
         """``wandb_activate=true``: a W&B run in the run folder with the config, mirroring TensorBoard."""
-        from omni_sfp import wandb_logging
+        from omni_sfp.run.outputs import wandb_logging
 
         settings = wandb_logging.WandbSettings.from_config(self.cfg)
         if not settings.activate:
@@ -389,7 +392,7 @@ class Runner:
             self.env.flush()
             self.videos = list(self.env.written)
         if self.cfg.export and self.outputs_dir is not None:
-            from omni_sfp.export import export_policy
+            from omni_sfp.run.outputs.export import export_policy
 
             self.agent.enable_models_training_mode(False)
             self.exported = export_policy(

@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omni_sfp import distributed
-from omni_sfp.agent import SFPPPO
-from omni_sfp.loop import Progress
+from omni_sfp.compute import distributed
+from omni_sfp.ppo.agent import SFPPPO
+from omni_sfp.ppo.loop import Progress
 
 
 @dataclass

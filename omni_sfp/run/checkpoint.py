@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-FORMAT = "omni_sfp.checkpoint/2"  # 2: the agent saves itself under "agent" (SFPPPO.state_dict)
+FORMAT = "omni_sfp.run.checkpoint/2"  # 2: the agent saves itself under "agent" (SFPPPO.state_dict)
 REQUIRED_KEYS = ("agent", "iteration", "timestep", "local", "config")
 
 

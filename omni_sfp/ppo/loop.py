@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from typing_extensions import Self
 
-from omni_sfp import distributed
+from omni_sfp.compute import distributed
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Learner:
     :param log: called after every update with the iteration's :class:`Progress` and the update's losses.
     :param checkpoint: called after ``log`` with the progress and whether the loop is about to stop.
     :param tune: called last, unless a stop was requested, with the progress: where the runner changes how the
-        next iterations run (``omni_sfp.compile_policy.AutoCompile`` compiles the trunk there).
+        next iterations run (``omni_sfp.compute.compile_policy.AutoCompile`` compiles the trunk there).
     """
 
     def __init__(

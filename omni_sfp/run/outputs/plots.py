@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from omni_sfp.progress import Summary
+    from omni_sfp.run.progress import Summary
 
 
 def series(points: Iterable[tuple[int, float | None]]) -> tuple[np.ndarray, np.ndarray]:

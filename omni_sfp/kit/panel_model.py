@@ -8,8 +8,8 @@ progress_file=<run dir>/progress.jsonl``, so the UI never waits on it: :meth:`Pa
 Kit's update loop) reads the JSON lines the runner appends, one per iteration, and the exit status. Stop sends
 SIGINT (the runner saves a checkpoint and exits), then kills the process group after ``stop_timeout_s``.
 
-The parts it binds: :mod:`omni_sfp.toggles` (the toggles, a view of :mod:`omni_sfp.schema`, and their Hydra
-overrides) and :mod:`omni_sfp.launcher` (the interpreter, the process group, reading the files a run writes).
+The parts it binds: :mod:`omni_sfp.config.toggles` (the toggles, a view of :mod:`omni_sfp.config.schema`, and their Hydra
+overrides) and :mod:`omni_sfp.kit.launcher` (the interpreter, the process group, reading the files a run writes).
 """
 
 from __future__ import annotations
@@ -23,16 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from omni_sfp.launcher import (
-    JsonLinesTail,
-    RunError,
-    last_line,
-    looks_like_python,
-    new_process_group,
-    resolve_python,
-    signal_group,
-)
-from omni_sfp.toggles import (
+from omni_sfp.config.toggles import (
     CACHE_CHECKS,
     DEFAULTS,
     TOGGLE_BY_KEY,
@@ -41,6 +32,15 @@ from omni_sfp.toggles import (
     ToggleError,
     coerce,
     hydra_value,
+)
+from omni_sfp.kit.launcher import (
+    JsonLinesTail,
+    RunError,
+    last_line,
+    looks_like_python,
+    new_process_group,
+    resolve_python,
+    signal_group,
 )
 
 RUNNER_MODULE = "omni_sfp.train"
@@ -150,14 +150,14 @@ class PanelModel:
 
     def tasks(self) -> list[str]:
         """Names for the task dropdown: the registry's tasks, with the current task kept in the list."""
-        from omni_sfp import registry  # lazily: listing stays light, but not needed to build the model
+        from omni_sfp.envs import registry  # lazily: listing stays light, but not needed to build the model
 
         names = registry.list_tasks()
         return names if self._values["task"] in names else [*names, self._values["task"]]
 
     def check_task(self) -> None:
-        """Raise the registry's one-line :class:`~omni_sfp.registry.UnknownTaskError` for an unknown task."""
-        from omni_sfp import registry
+        """Raise the registry's one-line :class:`~omni_sfp.envs.registry.UnknownTaskError` for an unknown task."""
+        from omni_sfp.envs import registry
 
         registry.get_task(self._values["task"])
 
@@ -217,7 +217,7 @@ class PanelModel:
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        checkout = str(Path(__file__).resolve().parent.parent)
+        checkout = str(Path(__file__).resolve().parents[2])
         paths = [*self.pythonpath, checkout, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         env["PYTHONUNBUFFERED"] = "1"  # progress and errors reach the files as they happen

@@ -1,8 +1,8 @@
 """Speed choices that depend on the CPU, measured on the CPU that runs them and remembered per CPU kind.
 
-Which side is faster turns on the CPU: torch's ELU or :func:`omni_sfp.models.fast_elu` (the hand-written one
+Which side is faster turns on the CPU: torch's ELU or :func:`omni_sfp.compute.kernels.fast_elu` (the hand-written one
 won by 40% on AMD Zen 3, whose ``expm1`` is not vectorised, and loses on Zen 4 and Zen 5), glibc's malloc
-defaults or keeping freed memory (:func:`omni_sfp.device.keep_freed_memory`), fused Adam or torch's loop over
+defaults or keeping freed memory (:func:`omni_sfp.compute.device.keep_freed_memory`), fused Adam or torch's loop over
 the parameters, torch's thread count or half of it. So at the first training start on a CPU kind it has not
 seen, :func:`resolve` times the candidates of each setting left at ``auto`` (``train.kernels.*``,
 ``train.ppo.fused_optimizer``), a few hundred milliseconds in all, and keeps the choices in
@@ -20,7 +20,7 @@ neighbour's load turns a comparison into one of OpenMP's barrier waits (on a bus
 Adam step took 27 ms against 0.1 ms quiet, and lost to the loop).
 
 Not measured here: ``train.models.compile``. Compiling costs 10-25 s, far beyond a probe; its ``auto``
-(:class:`omni_sfp.compile_policy.AutoCompile`) times the run's own eager iterations on the machine, then
+(:class:`omni_sfp.compute.compile_policy.AutoCompile`) times the run's own eager iterations on the machine, then
 checks the saving on the machine once compiled (see that module).
 """
 
@@ -43,9 +43,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from omni_sfp import distributed, schema
-from omni_sfp.device import keep_freed_memory, malloc_tuned
-from omni_sfp.models import FastELUFunction, fast_elu, use_elu_kernels
+from omni_sfp.compute import distributed
+from omni_sfp.compute.device import keep_freed_memory, malloc_tuned
+from omni_sfp.compute.kernels import FastELUFunction, fast_elu, use_elu_kernels
+from omni_sfp.config import schema
 
 BUDGET_S = 0.15  # a measurement's rounds stop after this many seconds (at least two rounds run)
 MARGIN = 0.05  # the other side must take at most (1 - MARGIN) of the default side's median time to be chosen
@@ -56,7 +57,7 @@ CACHE_VERSION = 1
 ROLLOUT_ROWS, MINIBATCH_ROWS, OBSERVATIONS, UNITS = 512, 8192, 64, (256, 128, 64)
 SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_bf16", "amx_tile", "neon", "sve")
 NAMES = ("elu_no_grad", "elu_autograd", "allocator", "fused_adam", "threads")
-SETTING_KEYS = {  # choice -> its setting (omni_sfp/schema.py)
+SETTING_KEYS = {  # choice -> its setting (omni_sfp/config/schema.py)
     "elu_no_grad": "train.kernels.elu_no_grad",
     "elu_autograd": "train.kernels.elu_autograd",
     "allocator": "train.kernels.allocator",
@@ -311,7 +312,7 @@ def measure_elu_autograd(probe: _Probe) -> tuple[str, dict[str, float]]:
 
 
 def measure_adam(probe: _Probe) -> tuple[bool, dict[str, float]]:
-    """One Adam step with the gradient-norm clip, as the update takes it (omni_sfp.agent ``_clip_and_step``):
+    """One Adam step with the gradient-norm clip, as the update takes it (omni_sfp.ppo.agent ``_clip_and_step``):
     fused with the clip as its ``grad_scale``, against torch's default Adam after ``clip_grad_norm_``."""
     probe.backward(rows=MINIBATCH_ROWS // 8)  # gradients of the trunk's shape; their values do not matter
     sides = {}

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.modules import module as _module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from omni_sfp.schema import CACHE_CHECKS  # defined once, with every setting
+from omni_sfp.config.schema import CACHE_CHECKS  # defined once, with every setting
 
 CacheCheck = Literal["identity", "content", "auto", "off"]
 

@@ -8,90 +8,12 @@ from typing import Any
 
 import gymnasium
 import torch
-import torch.nn.functional as F
 from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
 from torch import nn
 
-from omni_sfp import schema
-from omni_sfp.cache import CacheCheck, SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
-
-
-def fast_elu(x: torch.Tensor) -> torch.Tensor:
-    """ELU (alpha 1) as ``max(x, exp(min(x, 0)) - 1)``: within 2**-23 of torch's (``exp`` and ``expm1`` are each
-    within an ulp, under 2**-24 for results in (-1, 1); ``- 1`` is exact or rounds by 2**-25)."""
-    return torch.clamp(x, max=0.0).exp_().sub_(1.0).clamp_(min=x)  # exp(x) - 1 >= x where x <= 0
-
-
-class FastELUFunction(torch.autograd.Function):
-    """:func:`fast_elu` with torch's own ELU backward, computed from the output (``dy/dx = y + 1`` for x <= 0)."""
-
-    @staticmethod
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return fast_elu(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        ctx.save_for_backward(output)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        (output,) = ctx.saved_tensors
-        return torch.ops.aten.elu_backward(grad, 1.0, 1.0, 1.0, True, output)
-
-
-ELU_KERNELS: tuple[str, ...] = ("torch", "fast")  # torch's F.elu, or :func:`fast_elu`
-# The ELU kernel each path uses, process-wide (as torch.set_num_threads): without autograd (the rollout, the
-# last values, evaluation) and with it (the update's minibatches). torch's until :func:`use_elu_kernels` says
-# otherwise: the runner sets them from omni_sfp.cpu_choices, which measures both on the CPU that runs them.
-_elu_kernels = {"no_grad": "torch", "autograd": "torch"}
-
-
-def use_elu_kernels(*, no_grad: str, autograd: str) -> None:
-    """Choose the kernel of :class:`ELU` without and with autograd (each one of :data:`ELU_KERNELS`).
-
-    :raises ValueError: a kernel that is not one of them.
-    """
-    for path, kernel in (("no_grad", no_grad), ("autograd", autograd)):
-        if kernel not in ELU_KERNELS:
-            raise ValueError(f"ELU kernel {path}={kernel!r} is not one of {', '.join(ELU_KERNELS)}")
-    _elu_kernels.update(no_grad=no_grad, autograd=autograd)
-
-
-def elu_kernels() -> dict[str, str]:
-    """The kernels :class:`ELU` uses now: ``{"no_grad": ..., "autograd": ...}``."""
-    return dict(_elu_kernels)
-
-
-class ELU(nn.ELU):
-    """``nn.ELU`` whose CPU float32 kernel is chosen per path (:func:`use_elu_kernels`): torch's, or
-    :func:`fast_elu` without autograd and :class:`FastELUFunction` with it. Both are within 2**-23 of each other.
-
-    Why a choice: torch's CPU ELU evaluates ``expm1`` on every element. Where ``expm1`` is not vectorised
-    (AMD Zen 3, no AVX-512) that is about twice the cost of ``exp``, and :func:`fast_elu` took 198 us
-    against 324 for a 512 x 256 batch, a training minibatch of 8192 (forward and backward) 44.8 ms against
-    56.5. Where it is (Zen 4 and Zen 5 with AVX-512), the rewrite only adds passes: torch's was 213 us
-    against 233 (Zen 4) and 110 against 107 (Zen 5), with autograd 2.9 ms against 3.2 at 8192 x 256 (Zen 5).
-    So neither wins everywhere, and omni_sfp.cpu_choices measures both on the machine. On other devices, in
-    other dtypes, for ``alpha != 1``, in place and in TorchScript it is torch's ELU.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (
-            torch.jit.is_scripting()
-            or self.alpha != 1.0
-            or self.inplace
-            or x.device.type != "cpu"
-            or x.dtype != torch.float32
-        ):
-            return F.elu(x, self.alpha, self.inplace)
-        return self._chosen(x)
-
-    @torch.jit.unused
-    def _chosen(self, x: torch.Tensor) -> torch.Tensor:
-        if x.requires_grad and torch.is_grad_enabled():
-            return FastELUFunction.apply(x) if _elu_kernels["autograd"] == "fast" else F.elu(x)
-        return fast_elu(x) if _elu_kernels["no_grad"] == "fast" else F.elu(x)
-
+from omni_sfp.compute.kernels import ELU
+from omni_sfp.config import schema
+from omni_sfp.sfp.cache import CacheCheck, SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {name: getattr(nn, cls) for name, cls in schema.ACTIVATIONS.items()}
 ACTIVATIONS["elu"] = ELU

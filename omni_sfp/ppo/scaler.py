@@ -1,12 +1,15 @@
 """The observation and value normaliser: skrl's running standard scaler with a cheaper inference path.
 
-Imported lazily (by :func:`omni_sfp.distributed.scaler_class`): importing skrl runs its process-group setup.
+Imported after :func:`omni_sfp.compute.distributed.setup`, as everything that imports skrl: importing skrl runs its
+process-group setup.
 """
 
 from __future__ import annotations
 
 import torch
 from skrl.resources.preprocessors.torch import RunningStandardScaler
+
+from omni_sfp.compute import distributed
 
 
 class StandardScaler(RunningStandardScaler):
@@ -46,3 +49,22 @@ class StandardScaler(RunningStandardScaler):
         state = self.__dict__.copy()
         state["_derived"] = None  # pickles and deep copies carry the statistics only
         return state
+
+
+class DistributedRunningStandardScaler(StandardScaler):
+    """skrl's ``RunningStandardScaler`` (as :class:`StandardScaler`) whose statistics are updated with each batch
+    pooled over all ranks, so every rank normalises with the same mean and variance: those of all ranks' data.
+
+    Each training call all-reduces one packed float64 vector (sums, sums of squares, count). All ranks
+    make the same training calls in the same order: PPO's minibatch loop is identical on every rank as
+    long as ``kl_threshold`` (a per-rank early stop) is off, which the config requires when distributed.
+    """
+
+    def _parallel_variance(self, input_mean, input_var, input_count) -> None:
+        super()._parallel_variance(*distributed.pooled_moments(input_mean, input_var, input_count))
+
+
+def scaler_class() -> type:
+    """The observation/value normaliser class: :class:`StandardScaler` in a single process,
+    :class:`DistributedRunningStandardScaler` in a multi-process run."""
+    return DistributedRunningStandardScaler if distributed.world_size() > 1 else StandardScaler

@@ -1,4 +1,4 @@
-"""The panel's toggles: a view of :mod:`omni_sfp.schema` for the Kit settings, and their Hydra overrides.
+"""The panel's toggles: a view of :mod:`omni_sfp.config.schema` for the Kit settings, and their Hydra overrides.
 
 Each toggle is a carb setting ``/exts/omni.sfp/<key>`` (the manifest's ``[settings] exts."omni.sfp".<key>``,
 written from :data:`TOGGLES` by ``python -m omni_sfp.schema --write``) and one Hydra override. Type, range,
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from omni_sfp import schema
+from omni_sfp.config import schema
 
 CACHE_CHECKS = schema.CACHE_CHECKS
 # strings Hydra's override grammar takes verbatim; anything else is single-quoted

@@ -11,7 +11,7 @@ decision's reason, and compiles with :func:`compile_trunk`.
 The table is one CPU's (an AMD EPYC with avx512_bf16), and the saving is the CPU-specific part of it. So the
 decision is checked where the run happens: :class:`AutoCompile` times the second compiled iteration (the first
 pays the compile) against the eager one it decided on, and goes back to eager unless the compiled one is
-faster by :data:`omni_sfp.cpu_choices.MARGIN`. A wrong table costs one compile, never a slower run. Measuring
+faster by :data:`omni_sfp.compute.cpu_choices.MARGIN`. A wrong table costs one compile, never a slower run. Measuring
 it before the run instead would cost the compile itself (10-25 s on CPU): no start-up probe can afford it.
 """
 
@@ -103,17 +103,17 @@ def decide_compile(
 
 def compile_trunk(model: Any) -> None:
     """Compile a ``SharedActorCritic``'s MLP inside its cache (the keys stay in Python, the math is fused), or
-    the network of a separate model; torch's dynamo guards are restored first (omni_sfp.coldstart).
+    the network of a separate model; torch's dynamo guards are restored first (omni_sfp.compute.coldstart).
 
     The network stays where it is and only its ``forward`` is compiled, so its parameter names, and so the
     checkpoints, are those of the eager model: a run that ``auto`` compiled resumes or plays eager or compiled
     alike (``torch.compile(module)`` would add ``_orig_mod.`` to every name; ``nn.Module.compile()`` traces
     nothing in torch 2.13, whose dynamo skips ``Module._call_impl``). The method is bound to the network, so a
-    ``copy.deepcopy`` of it runs the copy's parameters (omni_sfp.export copies the eager one).
+    ``copy.deepcopy`` of it runs the copy's parameters (omni_sfp.run.outputs.export copies the eager one).
     """
     import torch
 
-    from omni_sfp.coldstart import restore_dynamo_guards
+    from omni_sfp.compute.coldstart import restore_dynamo_guards
 
     network = _network(model)
     restore_dynamo_guards()
@@ -146,7 +146,7 @@ COMPILED_ITERATIONS = 2  # and checks the second compiled one: the first pays th
 
 
 class AutoCompile:
-    """The loop's ``tune`` hook for ``train.models.compile=auto`` (:class:`omni_sfp.loop.Learner`): after
+    """The loop's ``tune`` hook for ``train.models.compile=auto`` (:class:`omni_sfp.ppo.loop.Learner`): after
     :data:`EAGER_ITERATIONS` eager iterations of this process (after a resume too), it times the last one
     (rollout + update), asks :func:`decide_compile`, reports the reason once and compiles the models' trunks
     when it pays. A run that ends sooner is decided at its last iteration (nothing left: eager). After
@@ -207,7 +207,7 @@ class AutoCompile:
 
     def _check(self, progress: Any) -> None:
         """The measured side of the decision: the compiled iteration against the eager one."""
-        from omni_sfp.cpu_choices import MARGIN
+        from omni_sfp.compute.cpu_choices import MARGIN
 
         self.compiled_seen += 1
         if self.compiled_seen < COMPILED_ITERATIONS:
