@@ -5,6 +5,13 @@ max_iterations=200 train.mixed_precision=true``. Inside Isaac Sim (``python.sh -
 Isaac tasks start the simulation app themselves before anything else from Omniverse is imported.
 Multi-process: ``torchrun --nproc_per_node=N -m omni_sfp.train ...`` (docs/reliability.md).
 
+As in a Hydra app: ``--cfg job`` prints the composed, validated config as YAML and builds nothing
+(``--resolve`` resolves its interpolations first). ``-m`` (``--multirun``) sweeps: ``-m seed=0,1,2
+train.sfp.enabled=true,false`` is 6 jobs (every combination, the first key varying slowest). Every job's config
+is checked before the first starts; then they run one after another, each into its own run folder, and a table
+sums them up. Its exit code is the first failed job's, or that of the job a SIGINT / SIGTERM stopped (the later
+jobs are not started).
+
 ``seed=-1`` draws a random seed (OmniIsaacGymEnvs and Isaac Lab): it is printed and saved in the run
 folder's config.yaml, so the run reproduces with ``seed=<that seed>``.
 
@@ -16,9 +23,11 @@ finished one, so `train && next` stops there).
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import sys
+from dataclasses import dataclass
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -54,35 +63,191 @@ def draw_seed(cfg) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help") for arg in argv):
-        print(__doc__.strip())
-        print(
-            "\nEvery key, its default, range and meaning: omni_sfp/config/schema.py (the README's Configuration table)."
-        )
-        print("Every task, its sizes and config source: python -m omni_sfp.list_tasks")
+        _print_help()
         return EXIT_OK
+    try:
+        flags, overrides = _parse_flags(argv)
+    except _UsageError as error:
+        _error(error)
+        return EXIT_USAGE
+    if flags.cfg is not None:
+        return _show_config(overrides, flags.cfg, resolve=flags.resolve)
+    if flags.multirun and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _error(
+            "-m (--multirun) runs its jobs one after another in one process, and under torchrun every process "
+            "would run the whole sweep: start one torchrun per job instead (or drop torchrun for the sweep)"
+        )
+        return EXIT_USAGE
     from omni_sfp.compute import distributed
 
     distributed.setup()  # before anything imports skrl (see omni_sfp/compute/distributed.py)
     try:
-        return _run(argv)
-    except KeyboardInterrupt:  # Ctrl-C before training started (or a second one while stopping)
-        _error("interrupted")
-        return 128 + signal.SIGINT
+        return _multirun(overrides) if flags.multirun else _job(overrides).code
     finally:
         distributed.teardown()
 
 
-def _run(argv: list[str]) -> int:
+class _UsageError(ValueError):
+    """A command-line flag this command does not take, or takes otherwise."""
+
+
+@dataclass
+class _Flags:
+    cfg: str | None = None  # --cfg job|all|hydra
+    resolve: bool = False
+    multirun: bool = False
+
+
+CFG_CHOICES = ("job", "all", "hydra")
+
+
+def _parse_flags(argv: list[str]) -> tuple[_Flags, list[str]]:
+    """Hydra's flags this command takes (``-m``, ``--cfg``, ``--resolve``), and the overrides (the rest, in order)."""
+    flags, overrides = _Flags(), []
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-m", "--multirun"):
+            flags.multirun = True
+        elif arg == "--resolve":
+            flags.resolve = True
+        elif arg in ("-c", "--cfg") or arg.startswith("--cfg="):
+            value = arg.partition("=")[2] if "=" in arg else next(args, None)
+            if value not in CFG_CHOICES:
+                got = "nothing" if value is None else repr(value)
+                raise _UsageError(f"--cfg takes job (the composed config; all is the same here), got {got}")
+            flags.cfg = value
+        elif arg.startswith("-"):
+            raise _UsageError(
+                f"unknown option {arg!r}: this command takes key=value overrides, -m/--multirun, "
+                "--cfg job [--resolve] and -h/--help"
+            )
+        else:
+            overrides.append(arg)
+    if flags.resolve and flags.cfg is None:
+        raise _UsageError("--resolve goes with --cfg job (print the config with its interpolations resolved)")
+    if flags.cfg is not None and flags.multirun:
+        raise _UsageError("--cfg and -m (--multirun): one at a time, as in Hydra; -m checks every job's config first")
+    return flags, overrides
+
+
+def _print_help() -> None:
+    """The usage (this module's docstring) and Hydra's help sections: config groups, tasks, flags. No torch."""
+    from omni_sfp.envs.registry import list_tasks
+    from omni_sfp.run.sweep import GROUPS, group_options
+
+    print(__doc__.strip())
+    print("\n== Config groups ==\nCompose your configuration from these groups (group=option)\n")
+    for group in GROUPS:
+        print(f"{group}: {', '.join(group_options(group))}")
+    print("\n== Tasks ==\nThe registered tasks (task=<name>)\n")
+    print(", ".join(list_tasks()))
+    print("gym:<Id> (any Gymnasium id, e.g. gym:Pendulum-v1); gym:<module>:<Id> (the module registers the id)")
+    print(
+        "\n== Flags ==\n"
+        "--cfg job [--resolve]  print the composed, validated config as YAML and exit, building nothing\n"
+        "                       (--resolve: interpolations resolved first; -c job and --cfg all are the same)\n"
+        "-m, --multirun         one job per combination of the sweeps (seed=0,1,2, range(0,3), choice(a,b),\n"
+        "                       glob(*) for a group), one after another, then a summary table\n"
+        "-h, --help             this help"
+    )
+    print("\nEvery key, its default, range and meaning: omni_sfp/config/schema.py (the README's Configuration table).")
+    print("Every task, its sizes and config source: python -m omni_sfp.list_tasks")
+
+
+def _bad_input() -> tuple[type[Exception], ...]:
+    """Bad input: the config, the checkpoint, or a task this machine cannot build (its simulator is missing).
+    Not any RuntimeError: a CUDA out-of-memory or a bug is no bad input and keeps its traceback."""
     from omni_sfp.envs.isaaclab import IsaacLabError
     from omni_sfp.envs.oige import OIGEError
     from omni_sfp.envs.registry import MissingDependencyError, UnknownTaskError
     from omni_sfp.run.checkpoint import CheckpointError
-    from omni_sfp.run.compose import ConfigError, load_config
+    from omni_sfp.run.compose import ConfigError
 
-    # bad input: the config, the checkpoint, or a task this machine cannot build (its simulator is missing).
-    # Not any RuntimeError: a CUDA out-of-memory or a bug is no bad input and keeps its traceback.
-    bad_input = (ConfigError, CheckpointError, UnknownTaskError, MissingDependencyError, IsaacLabError, OIGEError)
+    return ConfigError, CheckpointError, UnknownTaskError, MissingDependencyError, IsaacLabError, OIGEError
+
+
+def _show_config(overrides: list[str], which: str, *, resolve: bool) -> int:
+    """``--cfg job``: the composed and validated config as YAML; builds nothing."""
+    if which == "hydra":
+        _error(
+            "--cfg hydra: this app composes cfg/ with Hydra's compose API and has no Hydra runtime config (no "
+            "output folder, no working-directory change); use --cfg job"
+        )
+        return EXIT_USAGE
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from omni_sfp.run.compose import load_config
+    from omni_sfp.run.sweep import refuse_sweeps
+
     try:
+        refuse_sweeps(overrides)
+        text = OmegaConf.to_yaml(load_config(overrides), resolve=resolve)
+    except (*_bad_input(), OmegaConfBaseException) as error:
+        _error(" ".join(str(error).split()))
+        return EXIT_USAGE
+    print(text, end="", flush=True)
+    return EXIT_OK
+
+
+def _multirun(overrides: list[str]) -> int:
+    """``-m``: every job's config is validated before the first starts; then the jobs run one after another in
+    this process (Hydra's basic launcher), each as a single run with its own run folder, and a table sums up."""
+    from omni_sfp.run.compose import ConfigError, load_config
+    from omni_sfp.run.sweep import expand, table
+
+    try:
+        jobs = expand(overrides)
+    except ConfigError as error:
+        _error(error)
+        return EXIT_USAGE
+    for number, job in enumerate(jobs, start=1):
+        try:
+            load_config(job.overrides)
+        except _bad_input() as error:
+            _error(f"multirun job {number}/{len(jobs)} ({job.name()}): {error}; no job was run")
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            _error("interrupted")
+            return 128 + signal.SIGINT
+    stopped = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+    outcomes = []
+    try:
+        for number, job in enumerate(jobs, start=1):
+            print(f"[omni_sfp] multirun job {number}/{len(jobs)}: {' '.join(job.overrides)}", flush=True)
+            outcomes.append(_job(job.overrides))
+            if outcomes[-1].code in stopped:  # the signal's sender wants the sweep gone, not its next job
+                break
+    finally:  # also when a job raised (a bug, CUDA out of memory): what ran before it is summed up
+        rest = "" if len(outcomes) == len(jobs) else f"; jobs {len(outcomes) + 1}-{len(jobs)} were not started"
+        print(f"[omni_sfp] multirun: {len(outcomes)} of {len(jobs)} jobs ran{rest}")
+        print(table(jobs, outcomes), flush=True)
+    codes = [outcome.code for outcome in outcomes]
+    if codes and codes[-1] in stopped:
+        return codes[-1]
+    return next((code for code in codes if code != EXIT_OK), EXIT_OK)
+
+
+def _job(argv: list[str]):
+    """One run (a single run, or one job of a sweep): how it ended, as an :class:`~omni_sfp.run.sweep.Outcome`."""
+    from omni_sfp.run.sweep import Outcome
+
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # Ctrl-C before training started (or a second one while stopping)
+        _error("interrupted")
+        return Outcome(128 + signal.SIGINT)
+
+
+def _run(argv: list[str]):
+    """Compose, validate, build and train (or play, with test=true); returns the exit code with the run's
+    :class:`~omni_sfp.run.progress.Summary`, as an :class:`~omni_sfp.run.sweep.Outcome`."""
+    from omni_sfp.run.checkpoint import CheckpointError
+    from omni_sfp.run.compose import load_config
+    from omni_sfp.run.sweep import Outcome, refuse_sweeps
+
+    try:
+        refuse_sweeps(argv)
         cfg = load_config(argv)
         draw_seed(cfg)
         if cfg.train.models.compile is not True:  # eager (or auto: eager first) traces nothing yet: skip
@@ -98,9 +263,9 @@ def _run(argv: list[str]) -> int:
             from omni_sfp.compute.coldstart import eager_optimizer_step
 
             eager_optimizer_step(runner.agent.optimizer)
-    except bad_input as error:
+    except _bad_input() as error:
         _error(error)
-        return EXIT_USAGE
+        return Outcome(EXIT_USAGE)
 
     if cfg.test:
         from omni_sfp.run.outputs.video import VideoError
@@ -109,11 +274,11 @@ def _run(argv: list[str]) -> int:
             mean_return = runner.test()
         except (CheckpointError, VideoError) as error:
             _error(error)
-            return EXIT_USAGE
+            return Outcome(EXIT_USAGE)
         shown = "no episode finished" if mean_return is None else f"{mean_return:.2f}"
         print(f"Test: {cfg.task.name} | checkpoint {runner.resume_from} | mean return (deterministic): {shown}")
         _print_outputs(runner)
-        return EXIT_OK
+        return Outcome(EXIT_OK, played_return=mean_return)
 
     from omni_sfp.ppo.agent import NonFiniteError
 
@@ -133,16 +298,17 @@ def _run(argv: list[str]) -> int:
         summary = runner.train()
     except (CheckpointError, VideoError, WandbError) as error:
         _error(error)
-        return EXIT_USAGE
+        return Outcome(EXIT_USAGE, run_dir=runner.run_dir)
     except NonFiniteError as error:  # every rank of a multi-process run says it; rank 0 knows the checkpoint
         where = f" (last checkpoint: {runner.last_checkpoint or 'none written yet'})" if main_process else ""
         _error(f"{error}{where}")
-        return EXIT_FAILED
+        return Outcome(EXIT_FAILED, run_dir=runner.run_dir)
     except KeyboardInterrupt:  # a second SIGINT/SIGTERM while stopping: no checkpoint for the current iteration
         _error(f"interrupted before the iteration ended (last checkpoint: {runner.last_checkpoint or 'none'})")
-        return 128 + signal.SIGINT
+        return Outcome(128 + signal.SIGINT, run_dir=runner.run_dir)
+    code = EXIT_OK if summary.interrupted is None else 128 + signal.Signals[summary.interrupted]
     if not main_process:
-        return EXIT_OK if summary.interrupted is None else 128 + signal.Signals[summary.interrupted]
+        return Outcome(code, summary)
     if summary.final_return is not None:
         line = f"[omni_sfp] final return (deterministic): {summary.final_return:.2f}"
         if summary.optimal_return is not None:
@@ -158,17 +324,14 @@ def _run(argv: list[str]) -> int:
             file=sys.stderr,
             flush=True,
         )
-        return 128 + signal.Signals[summary.interrupted]
-    return EXIT_OK
+    return Outcome(code, summary)
 
 
 def _print_outputs(runner) -> None:
-    """Where video=true's clips and export=true's files went."""
-    if runner.videos:
-        many = f" (+{len(runner.videos) - 1} more in that folder)" if len(runner.videos) > 1 else ""
-        print(f"[omni_sfp] video: {runner.videos[-1]}{many}")
-    if runner.exported is not None:
-        print(f"[omni_sfp] exported policy: {runner.exported.torchscript} and {runner.exported.onnx}")
+    """What each output says at the end (where video=true's clips and export=true's files went)."""
+    for output in runner.outputs:
+        for line in output.lines():
+            print(line)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from torch import nn  # noqa: E402
 
 from omni_sfp import SharedActorCritic, SingleForwardPass  # noqa: E402
 from omni_sfp.run.compose import load_config  # noqa: E402
+from omni_sfp.run.outputs.export import Export  # noqa: E402
 from omni_sfp.run.runner import Runner  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -147,7 +148,7 @@ def test_cuda_a_gpu_trained_policy_exports_to_cpu_files_that_give_its_actions(tm
     onnxruntime = pytest.importorskip("onnxruntime")
     runner = Runner(load_config([*SMALL, "max_iterations=2", "export=true", f"runs_dir={tmp_path}"]))
     runner.train()
-    exported = runner.exported
+    exported = runner.output(Export).exported
     observations = torch.randn(33, 4)  # the embedded Cartpole's observation
     runner.agent.enable_models_training_mode(False)
     with torch.no_grad():

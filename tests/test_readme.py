@@ -39,3 +39,54 @@ def test_every_config_key_is_in_the_readme_table():
     keys = {k for k in _leaf_keys(cfg) if not k.startswith("task.") and k != "task_name"}
     assert keys - documented == set()
     assert "task" in documented and (config_dir() / "task").is_dir()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FILE = re.compile(r"(?<![\w/.-])((?:omni_sfp|tests|cfg|tasks|config|docs|\.ci)/[\w/.-]*\w)")
+DOTTED = re.compile(r"(?<![\w./-])(omni_sfp(?:\.\w+)+)")
+# names that are no path of the checkout: where a wheel installs tasks/ and cfg/, and the entry-point group
+NOT_IN_THE_CHECKOUT = {"omni_sfp/cfg", "omni_sfp/tasks", "omni_sfp.task_sources"}
+
+
+def _resolves(dotted: str) -> bool:
+    """``omni_sfp.a.b.Name.attr``: the longest module prefix imports and the rest are attributes of it."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(target, name):
+                return False
+            target = getattr(target, name)
+        return True
+    return False
+
+
+def test_every_path_and_module_the_docs_name_exists():
+    """Each ``omni_sfp/...``, ``tests/...``, ``cfg/...`` path and each ``omni_sfp.x.y`` module or attribute named
+    in README.md and docs/*.md resolves (so a move that leaves a document behind fails here)."""
+    missing = []
+    for document in DOCUMENTS:
+        text = document.read_text()
+        for path in sorted(set(FILE.findall(text))):
+            if path.endswith("_") or path in NOT_IN_THE_CHECKOUT:  # a pattern (tests/test_<module>.py)
+                continue
+            if not any(c in path for c in "*<>") and not (ROOT / path.rstrip(".")).exists():
+                missing.append(f"{document.name}: {path}")
+        for dotted in sorted(set(DOTTED.findall(text))):
+            if dotted not in NOT_IN_THE_CHECKOUT and not _resolves(dotted.rstrip(".")):
+                missing.append(f"{document.name}: {dotted}")
+    assert missing == []
+
+
+def test_the_docs_commands_name_runnable_modules():
+    commands = {m for d in DOCUMENTS for m in re.findall(r"python(?:\.sh)? -m (omni_sfp[\w.]*)", d.read_text())}
+    assert {"omni_sfp.train", "omni_sfp.bench", "omni_sfp.list_tasks", "omni_sfp.schema"} <= commands
+    import importlib.util
+
+    assert [m for m in sorted(commands) if importlib.util.find_spec(m) is None] == []

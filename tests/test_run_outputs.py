@@ -15,6 +15,7 @@ from test_export import rounding_bound
 from test_video import CART, POLE, mask
 
 from omni_sfp.run.compose import load_config
+from omni_sfp.run.outputs.base import RunOutput, outputs_for
 from omni_sfp.run.outputs.export import deployed_policy
 from omni_sfp.run.outputs.video import read_video
 from omni_sfp.run.runner import Runner
@@ -140,3 +141,65 @@ def test_bad_output_settings_are_one_line(args, expected, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("omni_sfp.train: error:") and expected in err
+
+
+# -- the outputs' one interface (omni_sfp/run/outputs/base.py) --------------------------------------------------
+class Recording(RunOutput):
+    """An output that notes each hook the runner calls, in order."""
+
+    order = 99
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def start(self, run) -> None:
+        self.calls.append(("start", run.learner.iteration))
+
+    def after_iteration(self, run, progress) -> None:
+        self.calls.append(("after_iteration", progress.iteration))
+
+    def end(self, run, summary) -> None:
+        self.calls.append(("end", None if summary is None else summary.final_return is not None))
+
+    def close(self) -> None:
+        self.calls.append(("close", None))
+
+
+def kinds(overrides: list[str]) -> list[str]:
+    return [type(o).__name__ for o in outputs_for(load_config([*SMALL, *overrides]), main=True)]
+
+
+def test_the_config_picks_the_outputs_and_their_order():
+    assert kinds([]) == ["FinalEvaluation", "LearningCurve"]
+    assert kinds(["video=true", "export=true"]) == ["FinalEvaluation", "LearningCurve", "Video", "Export"]
+    assert [type(o).__name__ for o in outputs_for(load_config(SMALL), main=False)] == []  # ranks > 0
+
+
+def test_every_output_is_called_at_the_same_points_after_the_final_evaluation(tmp_path):
+    runner = Runner(load_config([*SMALL, "max_iterations=3", f"runs_dir={tmp_path}"]), disable_progressbar=True)
+    calls: list = []
+    runner.outputs.append(Recording(calls))
+    summary = runner.train()
+    assert calls == [
+        ("start", 0),
+        ("after_iteration", 1),
+        ("after_iteration", 2),
+        ("after_iteration", 3),
+        ("end", True),  # the final evaluation (order 10) has filled in the return before this output's end
+        ("close", None),
+    ]
+    assert summary.final_return is not None and (summary.run_dir / "learning_curve.png").is_file()
+
+
+def test_outputs_are_closed_when_training_raises(tmp_path, monkeypatch):
+    runner = Runner(load_config([*SMALL, "max_iterations=3", f"runs_dir={tmp_path}"]), disable_progressbar=True)
+    calls: list = []
+    runner.outputs.append(Recording(calls))
+
+    def broken() -> None:
+        raise RuntimeError("the simulator died")
+
+    monkeypatch.setattr(runner.learner, "learn", broken)
+    with pytest.raises(RuntimeError, match="the simulator died"):
+        runner.train()
+    assert calls == [("start", 0), ("close", None)]

@@ -172,14 +172,12 @@ def _validate_network(cfg: DictConfig) -> None:
 
 
 def _validate_outputs(cfg: DictConfig) -> None:
-    """video / export / wandb_* keys: their modules check them (and that their optional packages are installed)."""
-    from omni_sfp.run.outputs import export, video
-    from omni_sfp.run.outputs.wandb_logging import WandbSettings
+    """The outputs' keys (video, export, wandb_*): each output checks its own, and that its optional packages are
+    installed (:func:`omni_sfp.run.outputs.base.check_config`)."""
+    from omni_sfp.run.outputs.base import check_config
 
     try:
-        video.check_config(cfg)
-        export.check_config(cfg)
-        WandbSettings.from_config(cfg)
+        check_config(cfg)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 

@@ -2,8 +2,9 @@
 
 This module builds the pieces and calls :meth:`omni_sfp.ppo.loop.Learner.learn`, where the iteration happens.
 The pieces around the loop live in their own modules: the run folder, checkpoints and resuming in
-:mod:`omni_sfp.run.folder`, progress output and the summary in :mod:`omni_sfp.run.progress`, the final
-evaluation in :mod:`omni_sfp.run.outputs.evaluation` and the learning curve in :mod:`omni_sfp.run.outputs.plots`.
+:mod:`omni_sfp.run.folder`, progress output and the summary in :mod:`omni_sfp.run.progress`. What the run leaves
+behind (the final evaluation, the learning curve, video, the exported policy, W&B) are outputs
+(:mod:`omni_sfp.run.outputs`): the runner keeps a list of them and calls each at the same points.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -31,13 +32,13 @@ from omni_sfp.ppo.scaler import scaler_class
 from omni_sfp.run import checkpoint as ckpt
 from omni_sfp.run.compose import max_iterations, num_envs
 from omni_sfp.run.folder import Checkpoints, check_resumable, forget_after, make_run_dir
-from omni_sfp.run.outputs import video
-from omni_sfp.run.outputs.evaluation import evaluate_agent
-from omni_sfp.run.outputs.export import EXPORT_FOLDER, ExportedPolicy
-from omni_sfp.run.outputs.plots import run_curve
+from omni_sfp.run.outputs.base import RunOutput, outputs_for
+from omni_sfp.run.outputs.evaluation import FinalEvaluation, evaluate_agent
 from omni_sfp.run.progress import ProgressOutput, Summary
 from omni_sfp.sfp import network
 from omni_sfp.sfp.models import GaussianActor, SharedActorCritic, ValueCritic
+
+OutputT = TypeVar("OutputT", bound=RunOutput)
 
 
 def rewards_scaler(scale: float) -> Callable:
@@ -212,9 +213,11 @@ class Runner:
         if not cfg.test and self.rank == 0:
             resumed_at = self._resume_state["iteration"] if self._resume_state is not None else None
             self.run_dir = make_run_dir(cfg, self.resume_from, resumed_at)
+        # what the run leaves behind besides checkpoints and progress (omni_sfp/run/outputs/base.py)
+        self.outputs = outputs_for(cfg, main=self.rank == 0)
         task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
-        if cfg.video:
-            task_cfg.update(video.render_options(cfg.task.name))
+        for output in self.outputs:
+            task_cfg.update(output.env_options())
         self.env = make_env(
             cfg.task.name,
             num_envs=num_envs(cfg),
@@ -224,15 +227,8 @@ class Runner:
             task_cfg=task_cfg,
         )
         self.outputs_dir = self._outputs_dir()  # videos/ and exported/ (None on ranks > 0)
-        if cfg.video and self.outputs_dir is not None:  # test=true: one clip from the start of the evaluation
-            self.env = video.RecordingEnv(
-                self.env,
-                self.outputs_dir / "videos" / ("play" if cfg.test else "train"),
-                video_length=cfg.video_length,
-                video_interval=None if cfg.test else cfg.video_interval,
-            )
-        self.videos: list[Path] = []
-        self.exported: ExportedPolicy | None = None
+        for output in self.outputs:
+            self.env = output.wrap_env(self.env, self.outputs_dir)
         self.models = build_models(cfg, self.env, self.device)
         if self.rank == 0:
             print(f"[omni_sfp] network: {network.describe(self.models)}", flush=True)
@@ -284,61 +280,53 @@ class Runner:
     def train(self) -> Summary:
         cfg = self.cfg
         main = self.run_dir is not None
-        with StopRequested() as stop:
-            self.learner.stop = stop
-            if self._resume_state is not None:
-                self.load_state_dict(self._resume_state, source=self.resume_from)
-                self._resume_state = None
-                if main and cfg.resume:
-                    forget_after(self.run_dir, self.learner.iteration, self.agent, cfg.train.ppo.rollouts)
-                if isinstance(self.env, video.RecordingEnv):  # clips keep their place: step-<n> counts the whole run
-                    self.env.step_count = self.learner.iteration * cfg.train.ppo.rollouts
-            if main:
-                self._output = ProgressOutput(
-                    [self.run_dir / "progress.jsonl", *([Path(cfg.progress_file)] if cfg.progress_file else [])],
-                    self.agent,
-                    iterations=self.learner.iterations,
-                    start_iteration=self.learner.iteration,
-                    console="bar" if sys.stdout.isatty() and not self.disable_progressbar else "lines",
-                    cache_in_use=self._cache_in_use,
-                )
-            wandb_run = self._start_wandb() if main else None
-            start = time.perf_counter()
-            try:
-                self.learner.learn()
-            finally:
-                if self._output is not None:
-                    self._output.close()
-                if wandb_run is not None:
-                    wandb_run.finish()
-            elapsed = time.perf_counter() - start
-        learner = self.learner
-        steps_done = (learner.iteration - learner.start_iteration) * cfg.train.ppo.rollouts * self.env.num_envs
-        steps_done *= self.world_size
-        interrupted = stop.signal_name
-        # an interrupted run skips the evaluation episodes: whoever sent the signal wants the process gone
-        final_return = self.evaluate(episodes=1) if main and interrupted is None else None
-        task = self.task
-        summary = Summary(
-            training_time_s=elapsed,
-            sps=steps_done / elapsed if elapsed > 0 else 0.0,
-            sfp_hit_rate=self.agent.sfp_share_rate if self._cache_in_use else None,
-            final_return=final_return,
-            optimal_return=task.optimal_return() if hasattr(task, "optimal_return") else None,
-            iterations=learner.iteration,
-            run_dir=self.run_dir,
-            history=self.history,
-            interrupted=interrupted,
-            checkpoint=self.checkpoints.last,
-        )
-        if main:
-            run_curve(
-                summary,
-                self.run_dir / "learning_curve.png",
-                task=cfg.task.name,
-                steps_per_iteration=self.env.num_envs * self.world_size,
+        try:
+            with StopRequested() as stop:
+                self.learner.stop = stop
+                if self._resume_state is not None:
+                    self.load_state_dict(self._resume_state, source=self.resume_from)
+                    self._resume_state = None
+                    if main and cfg.resume:
+                        forget_after(self.run_dir, self.learner.iteration, self.agent, cfg.train.ppo.rollouts)
+                if main:
+                    self._output = ProgressOutput(
+                        [self.run_dir / "progress.jsonl", *([Path(cfg.progress_file)] if cfg.progress_file else [])],
+                        self.agent,
+                        iterations=self.learner.iterations,
+                        start_iteration=self.learner.iteration,
+                        console="bar" if sys.stdout.isatty() and not self.disable_progressbar else "lines",
+                        cache_in_use=self._cache_in_use,
+                    )
+                for output in self.outputs:
+                    output.start(self)
+                start = time.perf_counter()
+                try:
+                    self.learner.learn()
+                finally:
+                    if self._output is not None:
+                        self._output.close()
+                elapsed = time.perf_counter() - start
+            learner = self.learner
+            steps_done = (learner.iteration - learner.start_iteration) * cfg.train.ppo.rollouts * self.env.num_envs
+            steps_done *= self.world_size
+            task = self.task
+            summary = Summary(
+                training_time_s=elapsed,
+                sps=steps_done / elapsed if elapsed > 0 else 0.0,
+                sfp_hit_rate=self.agent.sfp_share_rate if self._cache_in_use else None,
+                final_return=None,  # the final evaluation's (omni_sfp/run/outputs/evaluation.py)
+                optimal_return=task.optimal_return() if hasattr(task, "optimal_return") else None,
+                iterations=learner.iteration,
+                run_dir=self.run_dir,
+                history=self.history,
+                interrupted=stop.signal_name,
+                checkpoint=self.checkpoints.last,
             )
-            self._finish_outputs()
+            for output in self.outputs:
+                output.end(self, summary)
+        finally:
+            for output in self.outputs:
+                output.close()
         return summary
 
     def evaluate(self, episodes: int) -> float | None:
@@ -346,10 +334,21 @@ class Runner:
         return evaluate_agent(self.agent, self.env, episodes)
 
     def test(self) -> float | None:
+        """``test=true``: the checkpoint's models, evaluated for ``test_episodes`` episodes per env; the outputs
+        (video, export) end with it."""
         self.load_state_dict(self._resume_state, source=self.resume_from, models_only=True)
-        mean_return = self.evaluate(self.cfg.test_episodes)
-        self._finish_outputs()
-        return mean_return
+        try:
+            for output in self.outputs:
+                output.end(self, None)
+        finally:
+            for output in self.outputs:
+                output.close()
+        return self.output(FinalEvaluation).mean_return
+
+    def output(self, kind: type[OutputT]) -> OutputT | None:
+        """This run's output of that kind (e.g. :class:`omni_sfp.run.outputs.export.Export`); None when the
+        config does not ask for it."""
+        return next((output for output in self.outputs if isinstance(output, kind)), None)
 
     # -- the loop's log callback and the outputs around the run -------------------------------------------------
     def _log(self, progress: Progress, losses: dict[str, float]) -> None:
@@ -358,6 +357,8 @@ class Runner:
             self._output.write(progress, losses)
         else:
             self.agent.tracking_data.clear()  # nobody writes it out: do not let it grow for the whole run
+        for output in self.outputs:
+            output.after_iteration(self, progress)
 
     def _note(self, line: str) -> None:
         """One line for rank 0's console (through the progress bar, if any), kept in the run folder's notes.txt."""
@@ -374,30 +375,3 @@ class Runner:
         if self.run_dir is not None or self.rank != 0:
             return self.run_dir
         return ckpt.run_folder_of(self.resume_from) or self.resume_from.parent
-
-    def _start_wandb(self):
-        """``wandb_activate=true``: a W&B run in the run folder with the config, mirroring TensorBoard."""
-        from omni_sfp.run.outputs import wandb_logging
-
-        settings = wandb_logging.WandbSettings.from_config(self.cfg)
-        if not settings.activate:
-            return None
-        run = wandb_logging.start_run(settings, OmegaConf.to_container(self.cfg, resolve=True), self.run_dir)
-        wandb_logging.mirror(self.agent, run)
-        return run
-
-    def _finish_outputs(self) -> None:
-        """The clip the run ended in, and ``export=true``'s ``exported/policy.pt`` and ``policy.onnx``."""
-        if isinstance(self.env, video.RecordingEnv):
-            self.env.flush()
-            self.videos = list(self.env.written)
-        if self.cfg.export and self.outputs_dir is not None:
-            from omni_sfp.run.outputs.export import export_policy
-
-            self.agent.enable_models_training_mode(False)
-            self.exported = export_policy(
-                self.agent.policy,
-                self.agent.checkpoint_modules.get("observation_preprocessor"),
-                self.env.action_space,
-                self.outputs_dir / EXPORT_FOLDER,
-            )

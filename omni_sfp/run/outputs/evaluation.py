@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 
+from omni_sfp.run.outputs.base import RunOutput
+
 
 def reset_every_env(env):
     """Start a new episode in every env of a skrl wrapper, also after training.
@@ -67,3 +69,25 @@ def evaluate_agent(agent, env, episodes: int) -> float | None:
 
     with agent.statistics_kept():  # the cache statistics stay the training's
         return evaluate(env, act, episodes=episodes, max_length=int(max_length))
+
+
+class FinalEvaluation(RunOutput):
+    """The deterministic return at the end: one episode per env after training (``summary.final_return``; an
+    interrupted run skips it, whoever sent the signal wants the process gone), ``test_episodes`` with ``test=true``
+    (:attr:`mean_return`)."""
+
+    order = 10
+
+    def __init__(self, test_episodes: int) -> None:
+        self.test_episodes = test_episodes
+        self.mean_return: float | None = None
+
+    def end(self, run, summary) -> None:
+        if summary is None:
+            self.mean_return = evaluate_agent(run.agent, run.env, self.test_episodes)
+        elif summary.interrupted is None:
+            summary.final_return = evaluate_agent(run.agent, run.env, 1)
+
+
+def output_for(cfg, *, main: bool) -> FinalEvaluation | None:
+    return FinalEvaluation(cfg.test_episodes) if main or cfg.test else None  # test=true: every rank plays

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from omni_sfp.run.outputs.base import RunOutput
+
 EXPORT_FOLDER = "exported"
 INPUT_NAME, OUTPUT_NAME = "observations", "actions"
 ONNX_OPSET = 17
@@ -253,3 +255,31 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> Path:
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
+
+
+class Export(RunOutput):
+    """``export=true``: at the end (of training, or of ``test=true``'s evaluation), ``exported/policy.pt`` and
+    ``policy.onnx`` in the run's outputs folder."""
+
+    order = 40
+
+    def __init__(self) -> None:
+        self.exported: ExportedPolicy | None = None
+
+    def end(self, run, summary) -> None:
+        run.agent.enable_models_training_mode(False)
+        self.exported = export_policy(
+            run.agent.policy,
+            run.agent.checkpoint_modules.get("observation_preprocessor"),
+            run.env.action_space,
+            run.outputs_dir / EXPORT_FOLDER,
+        )
+
+    def lines(self) -> list[str]:
+        if self.exported is None:
+            return []
+        return [f"[omni_sfp] exported policy: {self.exported.torchscript} and {self.exported.onnx}"]
+
+
+def output_for(cfg, *, main: bool) -> Export | None:
+    return Export() if cfg.export and main else None

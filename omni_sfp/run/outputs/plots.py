@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from omni_sfp.run.outputs.base import RunOutput
+
 if TYPE_CHECKING:
     from omni_sfp.run.progress import Summary
 
@@ -94,3 +96,18 @@ def run_curve(summary: Summary, path: Path, *, task: str, steps_per_iteration: i
         optimal_return=summary.optimal_return,
         evaluations=evaluations,
     )
+
+
+class LearningCurve(RunOutput):
+    """``learning_curve.png`` in the run folder at the end of training."""
+
+    order = 20
+
+    def end(self, run, summary) -> None:
+        if summary is not None:
+            steps_per_iteration = run.env.num_envs * run.world_size
+            run_curve(summary, run.run_dir / "learning_curve.png", task=run.cfg.task.name, steps_per_iteration=steps_per_iteration)
+
+
+def output_for(cfg, *, main: bool) -> LearningCurve | None:
+    return LearningCurve() if main and not cfg.test else None

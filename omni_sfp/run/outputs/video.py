@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from omni_sfp.run.outputs.base import RunOutput
+
 DEFAULT_FPS = 30
 
 
@@ -240,3 +242,46 @@ class RecordingEnv:
     def close(self) -> None:
         self.flush()
         self._wrapped.close()
+
+
+class Video(RunOutput):
+    """``video=true``: the task's env made to render, wrapped in a :class:`RecordingEnv` writing to the run
+    folder's ``videos/train`` (``videos/play`` with ``test=true``, one clip from the evaluation's start); at the
+    end, the clip the run ended in."""
+
+    order = 30
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.env: RecordingEnv | None = None
+        self.written: list[Path] = []
+
+    def env_options(self) -> dict[str, Any]:
+        return render_options(self.cfg.task.name)
+
+    def wrap_env(self, env: Any, folder: Path) -> RecordingEnv:
+        test = bool(self.cfg.test)
+        self.env = RecordingEnv(
+            env,
+            folder / "videos" / ("play" if test else "train"),
+            video_length=self.cfg.video_length,
+            video_interval=None if test else self.cfg.video_interval,
+        )
+        return self.env
+
+    def start(self, run) -> None:
+        self.env.step_count = run.learner.iteration * run.cfg.train.ppo.rollouts  # step-<n> counts the whole run
+
+    def end(self, run, summary) -> None:
+        self.env.flush()
+        self.written = list(self.env.written)
+
+    def lines(self) -> list[str]:
+        if not self.written:
+            return []
+        more = f" (+{len(self.written) - 1} more in that folder)" if len(self.written) > 1 else ""
+        return [f"[omni_sfp] video: {self.written[-1]}{more}"]
+
+
+def output_for(cfg: Any, *, main: bool) -> Video | None:
+    return Video(cfg) if cfg.video and main else None

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omni_sfp.run.outputs.base import RunOutput
+
 RUN_ID_FILE = "wandb_run_id"
 
 
@@ -137,3 +139,31 @@ def mirror(agent: Any, run: Any) -> None:
     writer = getattr(agent, "writer", None)
     if writer is not None and not isinstance(writer, MirroredWriter):
         agent.writer = MirroredWriter(writer, run)
+
+
+class Wandb(RunOutput):
+    """``wandb_activate=true``: a W&B run from the start of training, mirroring TensorBoard, finished at the end."""
+
+    def __init__(self, settings: WandbSettings) -> None:
+        self.settings = settings
+        self.run: Any = None
+
+    def start(self, run) -> None:
+        from omegaconf import OmegaConf
+
+        self.run = start_run(self.settings, OmegaConf.to_container(run.cfg, resolve=True), run.run_dir)
+        mirror(run.agent, self.run)
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+def check_config(cfg: Any) -> None:
+    WandbSettings.from_config(cfg)
+
+
+def output_for(cfg: Any, *, main: bool) -> Wandb | None:
+    settings = WandbSettings.from_config(cfg)
+    return Wandb(settings) if settings.activate and main and not cfg.test else None
