@@ -145,3 +145,18 @@ def test_wheel_ships_the_same_modules_without_the_benchmark_and_trains_from_anot
     assert result.returncode == 0, result.stderr
     assert "Training time:" in result.stdout
     assert (elsewhere / "runs" / "Cartpole").is_dir()
+
+
+def test_no_source_file_is_matched_by_gitignore():
+    """A source file that .gitignore matches is left out of every commit made with ``git add -A`` (a Hydra
+    ``outputs/`` rule once hid omni_sfp/run/outputs/): the ignore rules must not reach the sources."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    sources = [
+        str(p.relative_to(ROOT))
+        for folder in ("omni_sfp", "tasks", "cfg", "tests")
+        for p in (ROOT / folder).rglob("*.py")
+    ]
+    sources = [s for s in sources if "__pycache__" not in s]
+    result = subprocess.run(["git", "check-ignore", "--no-index", *sources], cwd=ROOT, capture_output=True, text=True)
+    assert result.stdout == "", result.stdout
