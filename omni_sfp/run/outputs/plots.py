@@ -106,7 +106,12 @@ class LearningCurve(RunOutput):
     def end(self, run, summary) -> None:
         if summary is not None:
             steps_per_iteration = run.env.num_envs * run.world_size
-            run_curve(summary, run.run_dir / "learning_curve.png", task=run.cfg.task.name, steps_per_iteration=steps_per_iteration)
+            run_curve(
+                summary,
+                run.run_dir / "learning_curve.png",
+                task=run.cfg.task.name,
+                steps_per_iteration=steps_per_iteration,
+            )
 
 
 def output_for(cfg, *, main: bool) -> LearningCurve | None:
