@@ -50,21 +50,51 @@ NOT_IN_THE_CHECKOUT = {"omni_sfp/cfg", "omni_sfp/tasks", "omni_sfp.task_sources"
 
 
 def _resolves(dotted: str) -> bool:
-    """``omni_sfp.a.b.Name.attr``: the longest module prefix imports and the rest are attributes of it."""
+    """``omni_sfp.a.b.Name.attr``: the longest module prefix imports and the rest are attributes of it. A module
+    that needs what only Kit has (``omni``, ``carb``) is read instead: its file, and the first name at its top level."""
     import importlib
 
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
+        source = _source_file(parts[:cut])
+        if source is None:
+            continue
         try:
             target = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
-            continue
+        except ModuleNotFoundError as error:
+            if error.name and error.name.split(".")[0] != "omni_sfp":
+                return not parts[cut:] or parts[cut] in _top_level_names(source)
+            raise
         for name in parts[cut:]:
             if not hasattr(target, name):
                 return False
             target = getattr(target, name)
         return True
     return False
+
+
+def _source_file(parts: list[str]) -> Path | None:
+    """The module's file in the checkout, or where an import would find it (``omni_sfp.tasks`` is the root's
+    ``tasks/``, see ``omni_sfp/__init__.py``)."""
+    import importlib.util
+
+    folder = ROOT.joinpath(*parts)
+    for candidate in (folder / "__init__.py", folder.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    try:
+        spec = importlib.util.find_spec(".".join(parts))
+    except ModuleNotFoundError:
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
+def _top_level_names(source: Path) -> set[str]:
+    import ast
+
+    tree = ast.parse(source.read_text())
+    names = {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}
+    return names | {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
 
 
 def test_every_path_and_module_the_docs_name_exists():
