@@ -1,6 +1,6 @@
 """Our CLI vs skrl's own ``Runner`` on a real Isaac Lab 3 task, with the same registered skrl config, env steps and
-seeds: mean training return (last iterations) and SPS of each. Not a test (it takes minutes); docs/isaac-sim.md
-quotes its output. Run it in the Isaac Lab tier's venv, from the repository root:
+seeds: mean training return (last iterations) and SPS of each, the two sides taking turns to run first. Not a test
+(it takes minutes); docs/isaac-sim.md quotes its output. Run it in the Isaac Lab tier's venv, from the repository root:
 
     OMNI_SFP_ISAACLAB_TIER=1 <venv>/bin/python tests/isaaclab_tier/compare_with_skrl_runner.py \\
         --num-envs 64 --iterations 50 --seeds 1 2 [--task Isaac-Cartpole-Camera-Direct --rollouts 32]
@@ -139,8 +139,7 @@ def main() -> None:
         return
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
-        for seed in args.seeds:
-            mine = ours(args.task, seed, args.num_envs, args.iterations, args.rollouts, Path(workdir))
+        for index, seed in enumerate(args.seeds):
             command = [
                 sys.executable,
                 str(Path(__file__).resolve()),
@@ -153,12 +152,22 @@ def main() -> None:
                 "--task",
                 args.task,
             ] + (["--rollouts", str(args.rollouts)] if args.rollouts else [])
-            child = subprocess.run(
-                command, capture_output=True, text=True, check=False, cwd=workdir, env=os.environ.copy()
-            )  # cwd: skrl logs to ./<experiment directory>
-            if child.returncode:
-                raise SystemExit(f"skrl's Runner failed: {child.stderr[-3000:]}")
-            theirs = json.loads(child.stdout.strip().splitlines()[-1])
+
+            def run_ours(seed=seed):
+                return ours(args.task, seed, args.num_envs, args.iterations, args.rollouts, Path(workdir))
+
+            def run_theirs(command=command):
+                child = subprocess.run(
+                    command, capture_output=True, text=True, check=False, cwd=workdir, env=os.environ.copy()
+                )  # cwd: skrl logs to ./<experiment directory>
+                if child.returncode:
+                    raise SystemExit(f"skrl's Runner failed: {child.stderr[-3000:]}")
+                return json.loads(child.stdout.strip().splitlines()[-1])
+
+            if index % 2 == 0:  # A B, then B A: a drift in the machine's speed falls on both sides alike
+                mine, theirs = run_ours(), run_theirs()
+            else:
+                theirs, mine = run_theirs(), run_ours()
             rows.append((seed, mine, theirs))
             print(
                 f"seed {seed}: omni_sfp mean return {mean_last(mine['returns'], args.last):.2f}, "
