@@ -84,7 +84,7 @@ def test_the_default_task_runs_with_the_schemas_defaults():
 
 
 def test_task_train_files_inherit_the_base_and_hold_only_what_differs():
-    """Each inherits PPO.yaml, or GenericPPO.yaml (a Gymnasium id's own file: CartPole-v1PPO.yaml), and holds
+    """Each inherits PPO.yaml, or GenericPPO.yaml (a Gymnasium id's own file: Acrobot-v1PPO.yaml), and holds
     only what differs from the file it inherits."""
     train = config_dir() / "train"
     base = dict(leaves(yaml.safe_load((train / "PPO.yaml").read_text())))
