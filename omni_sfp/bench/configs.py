@@ -280,7 +280,7 @@ UNALIGNED: dict[str, list[str]] = {
         "only the network's work: the rollout's inference forwards (horizon + 1 per update), then epochs x "
         "minibatches of forward, backward and an Adam step on contiguous slices; no env, sampling, "
         "log-probabilities of the rollout, normalisation, GAE, shuffling, clipping or GradScaler; omni-sfp's trunk "
-        "and its CPU choices (ELU kernels, allocator, fused Adam)",
+        "and its CPU choices (ELU kernels, allocator, fused Adam); its rollout SPS is the inference forwards' alone",
     ],
     "ceiling": [
         "the floor's matrix products alone, as bare torch.mm on contiguous operands, each shape at the fastest of "

@@ -41,8 +41,11 @@ class FloorNet(nn.Module):
         return self.policy_head(features), self.value_head(features)
 
 
-def run_floor(env, work: Work, row: Row, *, on_update: Callable[[], None]) -> dict[str, Any]:
-    """Run ``work.total_updates`` updates' worth of network work at the env's sizes; ``on_update`` after each."""
+def run_floor(
+    env, work: Work, row: Row, *, on_update: Callable[[], None], on_rollout: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """Run ``work.total_updates`` updates' worth of network work at the env's sizes; ``on_rollout`` after each
+    update's inference forwards, ``on_update`` after its learning: the table splits the floor as the other rows."""
     device = env.device
     choices = resolve(Settings(threads=torch.get_num_threads()), device, mixed_precision=row.mixed_precision)
     apply(choices, device)
@@ -62,6 +65,7 @@ def run_floor(env, work: Work, row: Row, *, on_update: Callable[[], None]) -> di
         with torch.no_grad(), autocast():
             for _ in range(work.horizon + 1):
                 net(rollout_observations)
+        on_rollout()
         for _ in range(work.epochs):
             for start in range(0, work.batch_size, work.minibatch_size):
                 batch = slice(start, start + work.minibatch_size)

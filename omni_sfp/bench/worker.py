@@ -46,10 +46,14 @@ class RolloutClock:
         result = self._step(actions)
         self._count += 1
         if not self._count % self._horizon:
-            if self._sync is not None:
-                self._sync()
-            self.times.append(time.perf_counter())
+            self.tick()
         return result
+
+    def tick(self) -> None:
+        """The end of a rollout now: the env calls it every ``horizon`` steps, the floor (no env) itself."""
+        if self._sync is not None:
+            self._sync()
+        self.times.append(time.perf_counter())
 
 
 def split(update_ends: list[float], rollout_ends: list[float], warmup: int) -> tuple[list[float], list[float]]:
@@ -108,12 +112,12 @@ def measure(
     else:
         from omni_sfp.bench.floor import run_floor
 
-        info = run_floor(env, work, row, on_update=clock.tick)
+        info = run_floor(env, work, row, on_update=clock.tick, on_rollout=rollout_clock.tick)
     if len(clock.times) != work.total_updates:
         raise RuntimeError(f"row {row.id}: {len(clock.times)} updates timed, expected {work.total_updates}")
     ends = clock.times[work.warmup_updates - 1 :]
     timing = {}
-    if len(rollout_clock.times) >= work.total_updates:  # the floor steps no env
+    if len(rollout_clock.times) >= work.total_updates:
         rollouts, learning = split(clock.times, rollout_clock.times[: work.total_updates], work.warmup_updates)
         timing = {"rollout_seconds": rollouts, "learning_seconds": learning}
     return {

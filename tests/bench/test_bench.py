@@ -71,6 +71,10 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
     for row_id, run in quick_runs.items():  # every row names the CPU choices it ran with
         if ROWS[row_id].framework != "ceiling":
             assert run["info"]["kernels"]["choices"]["threads"] == 1, row_id
+    for row_id in ("omni-sfp-fp32", "floor-fp32"):  # the floor splits its updates as the rows that step an env
+        run = quick_runs[row_id]
+        assert len(run["rollout_seconds"]) == len(run["learning_seconds"]) == QUICK.updates, row_id
+        assert sum(run["rollout_seconds"]) + sum(run["learning_seconds"]) == pytest.approx(run["seconds"]), row_id
     omni = quick_runs["omni-sfp-fp32"]["info"]["kernels"]
     assert omni["sources"]["threads"] == "forced" and omni["sources"]["elu_autograd"] in ("measured", "cached")
 
