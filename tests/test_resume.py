@@ -2,8 +2,8 @@
 
 The runs are tiny (16 Cartpole envs, 20-step episodes so that episodes finish and reset from the task's
 generator inside the window, [16,16] trunk) and run in this process on one thread. They keep the defaults
-that carry state across iterations: observation and value normalisation, the KL-adaptive learning rate,
-time-limit bootstrapping, Adam, the cache's counters, best return.
+that carry state across iterations: observation and value normalisation, the KL-adaptive learning rate and
+its annealed bound, time-limit bootstrapping, Adam, the cache's counters, best return.
 """
 
 import datetime
@@ -62,6 +62,23 @@ def train(tmp: Path, *overrides: str) -> tuple[Runner, Path]:
     return runner, summary.run_dir
 
 
+def train_until_sigterm(tmp: Path, last_iteration: int, *overrides: str) -> Path:
+    """A run that a SIGTERM stops at the end of ``last_iteration`` (the signal arrives while it runs), with
+    the same ``max_iterations`` as the run it is compared with: the anneal's schedule is the same."""
+    runner = Runner(load_config([*SMALL, f"runs_dir={tmp}", *overrides]), disable_progressbar=True)
+    log = runner.learner.log
+
+    def log_then_signal(progress, losses):
+        log(progress, losses)
+        if progress.iteration == last_iteration - 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # after this iteration's stop check: the next one is the last
+
+    runner.learner.log = log_then_signal
+    summary = runner.train()
+    assert summary.interrupted == "SIGTERM" and summary.iterations == last_iteration
+    return summary.run_dir
+
+
 def progress(run_dir: Path) -> list[dict]:
     lines = (run_dir / "progress.jsonl").read_text().splitlines()
     return [{k: json.loads(line)[k] for k in DETERMINISTIC} for line in lines]
@@ -101,15 +118,15 @@ def agent_state(runner: Runner) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A: 4 iterations straight. B: stopped after 3 with checkpoints at 2 and 3, then resumed in its own folder
-    from iteration 2 (as if killed during iteration 4, after iteration 3 went to TensorBoard and
-    progress.jsonl but not to a checkpoint) up to 4. C: a new run from B's
-    iteration-2 checkpoint file, without resume=true."""
+    """A: 4 iterations straight. B: a SIGTERM stops it after 3, with checkpoints at 2 and 3; it is resumed in
+    its own folder from iteration 2 (as if killed during iteration 4, after iteration 3 went to TensorBoard and
+    progress.jsonl but not to a checkpoint) up to 4. C: a new run from B's iteration-2 checkpoint file, without
+    resume=true."""
     tmp = tmp_path_factory.mktemp("resume")
     full, full_dir = train(
         tmp, "max_iterations=4", "experiment=full", "train.checkpoint_interval=1", "train.keep_checkpoints=2"
     )
-    _, part_dir = train(tmp, "max_iterations=3", "experiment=part", "train.checkpoint_interval=2")
+    part_dir = train_until_sigterm(tmp, 3, "max_iterations=4", "experiment=part", "train.checkpoint_interval=2")
     iteration_2 = tmp / "iter_2_copy.pt"
     shutil.copy(part_dir / "checkpoints" / "iter_2.pt", iteration_2)
     with open(part_dir / "progress.jsonl", "a") as progress_file:

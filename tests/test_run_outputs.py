@@ -125,7 +125,10 @@ def test_test_true_video_true_records_the_cartpole_being_played(trained):
     for frame in frames:
         assert mask(frame, POLE).sum() > 30 and mask(frame, CART).sum() > 200  # not blank: the cart-pole is drawn
     changed = [not np.array_equal(a, b) for a, b in zip(frames, frames[1:])]
-    assert sum(changed) >= 0.9 * len(changed)  # it moves
+    # it moves: near a turn the cart-pole can move less than a pixel in a step, but a stalled clip would repeat
+    # a frame for longer than that
+    still = max(len(run) for run in "".join("x" if c else "." for c in changed).split("x"))
+    assert sum(changed) > len(changed) / 2 and still <= 3
 
 
 @pytest.mark.parametrize(

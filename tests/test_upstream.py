@@ -21,6 +21,7 @@ def test_a_plain_mlp_config_maps_to_units_and_activation():
     assert got["train.models.units"] == [32, 32] and got["train.models.activation"] == "elu"
     assert got["train.models.initial_log_std"] == -0.5 and "train.models.network" not in got
     assert got["train.models.init"] == "torch"  # skrl's instantiators keep nn.Linear's default init
+    assert got["train.ppo.learning_rate_anneal"] is False  # skrl's PPO runs its rate to the end (our default anneals)
 
 
 def test_the_camera_config_maps_whole_to_the_network_key():

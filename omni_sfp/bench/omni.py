@@ -42,6 +42,7 @@ def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
             f"train.ppo.mini_batches={work.mini_batches}",
             f"train.ppo.learning_rate={work.learning_rate}",
             "train.ppo.learning_rate_schedule=fixed",
+            "train.ppo.learning_rate_anneal=false",  # as the rl_games rows' identity scheduler
             "train.ppo.kl_threshold=0",
             f"train.ppo.discount_factor={work.discount_factor}",
             f"train.ppo.gae_lambda={work.gae_lambda}",

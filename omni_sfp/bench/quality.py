@@ -313,7 +313,10 @@ def rlgames_params(cfg, *, device: str, train_dir: str, threads: int) -> dict[st
                 "gamma": float(p.discount_factor),
                 "tau": float(p.gae_lambda),
                 "learning_rate": float(p.learning_rate),
-                "lr_schedule": "adaptive" if p.learning_rate_schedule == "kl_adaptive" else None,
+                # rl_games' linear schedule is our anneal of a fixed rate; its adaptive one has no anneal
+                "lr_schedule": "adaptive"
+                if p.learning_rate_schedule == "kl_adaptive"
+                else ("linear" if p.learning_rate_anneal else None),
                 "schedule_type": "legacy",
                 "kl_threshold": float(p.desired_kl),
                 "score_to_win": math.inf,

@@ -412,9 +412,9 @@ TRAIN: tuple[Setting, ...] = (
     _s(
         "train.ppo.learning_rate_anneal",
         "bool",
-        False,
+        True,
         "the learning rate (kl_adaptive: its upper bound) falls linearly to 0 over the run, as openai/baselines' "
-        "PPO: the last updates settle the policy instead of moving it",
+        "PPO: the last updates settle the policy that the deterministic evaluation runs, instead of moving it",
     ),
     _s("train.ppo.desired_kl", "float", 0.008, "target KL of the kl_adaptive schedule (> 0 with it)", minimum=0),
     _s("train.ppo.kl_threshold", "float", 0.0, "early-stop an epoch when the KL exceeds this; 0 disables", minimum=0),

@@ -164,6 +164,7 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
     if "initial_log_std" in policy and not any(s.key == "train.models.network" for s in out):
         take("train.models.initial_log_std", float(policy["initial_log_std"]), "models.policy.initial_log_std")
     take("train.ppo.bounds_loss_scale", 0.0, "agent.class PPO (skrl's PPO has no bound loss)")
+    take("train.ppo.learning_rate_anneal", False, "agent.class PPO (skrl's PPO anneals no learning rate)")
     if network:  # skrl's model instantiators build nn.Linear layers and keep their default init
         take("train.models.init", "torch", "models.policy.network (skrl's instantiator: nn.Linear's default init)")
 
@@ -317,8 +318,10 @@ def rlgames_settings(
         take("train.ppo.learning_rate_schedule", "kl_adaptive", cfile + "lr_schedule")
         take("train.ppo.desired_kl", float(config["kl_threshold"]), cfile + "kl_threshold")
         take("train.ppo.max_learning_rate", 1e-2, cfile + "lr_schedule (rl_games' AdaptiveScheduler: max_lr 1e-2)")
-    elif schedule in (None, "fixed", "None", "linear"):  # linear: no omni_sfp counterpart, the closest is fixed
+    elif schedule in (None, "fixed", "None", "linear"):
         take("train.ppo.learning_rate_schedule", "fixed", cfile + f"lr_schedule ({schedule})")
+    # rl_games' LinearScheduler takes the rate from learning_rate to min_lr (1e-6) over max_epochs: our anneal
+    take("train.ppo.learning_rate_anneal", schedule == "linear", cfile + f"lr_schedule ({schedule})")
     e_clip = float(config["e_clip"])
     take("train.ppo.ratio_clip", e_clip, cfile + "e_clip")
     if "clip_value" in config:

@@ -43,8 +43,13 @@ def test_rlgames_params_map_the_config_one_to_one():
     assert c["value_bootstrap"] is True and c["normalize_input"] is True and c["normalize_value"] is True
     network = rlgames_params(cfg, device="cpu", train_dir="/tmp/x", threads=1)["params"]["network"]
     assert network["mlp"]["units"] == [32, 32] and network["separate"] is False
-    fixed = load_config(["task=Cartpole", "train.ppo.learning_rate_schedule=fixed"])
-    assert rlgames_params(fixed, device="cpu", train_dir="/tmp/x", threads=1)["params"]["config"]["lr_schedule"] is None
+    fixed = ["task=Cartpole", "train.ppo.learning_rate_schedule=fixed"]
+    for anneal, schedule in (("false", None), ("true", "linear")):  # rl_games' linear schedule is our anneal
+        cfg = load_config([*fixed, f"train.ppo.learning_rate_anneal={anneal}"])
+        assert (
+            rlgames_params(cfg, device="cpu", train_dir="/tmp/x", threads=1)["params"]["config"]["lr_schedule"]
+            == schedule
+        )
 
 
 @pytest.mark.parametrize(

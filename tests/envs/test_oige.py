@@ -338,7 +338,7 @@ def test_task_ant_takes_oiges_ant_settings(oige_double, capsys):
     assert cfg.task.env.num_envs == 4096  # Ant.yaml: numEnvs 4096 (the old code trained 64)
     assert (ppo.rollouts, ppo.learning_epochs, ppo.mini_batches) == (16, 4, 2)  # 4096 * 16 / 32768
     assert (ppo.discount_factor, ppo.gae_lambda, ppo.learning_rate) == (0.99, 0.95, 3e-4)
-    assert (ppo.learning_rate_schedule, ppo.desired_kl) == ("kl_adaptive", 0.008)
+    assert (ppo.learning_rate_schedule, ppo.desired_kl, ppo.learning_rate_anneal) == ("kl_adaptive", 0.008, False)
     assert (ppo.ratio_clip, ppo.value_clip, ppo.entropy_loss_scale, ppo.value_loss_scale) == (0.2, 0.2, 0.0, 1.0)
     assert (ppo.grad_norm_clip, ppo.rewards_scale, ppo.time_limit_bootstrap) == (1.0, 0.01, True)
     assert ppo.observation_normalization and ppo.value_normalization
@@ -350,7 +350,7 @@ def test_task_ant_takes_oiges_ant_settings(oige_double, capsys):
     assert cfg.task.upstream["train.ppo.rollouts"] == "16 <- AntPPO.yaml: params.config.horizon_length"
     assert cfg.task.upstream["task.env.num_envs"] == "4096 <- Ant.yaml: env.numEnvs"
     out = capsys.readouterr().out
-    assert "[omni_sfp] Ant: 26 upstream settings (command-line overrides win):" in out
+    assert "[omni_sfp] Ant: 27 upstream settings (command-line overrides win):" in out
     assert "train.ppo.mini_batches=2  <- AntPPO.yaml: params.config.minibatch_size (32768)" in out
 
 
@@ -402,6 +402,7 @@ def test_rlgames_mapping_edge_cases():
     task = {"env": {"numEnvs": 10}}
     got = {s.key: s.value for s in upstream.rlgames_settings(train, task, "XPPO.yaml", "X.yaml")}
     assert got["train.ppo.learning_rate_schedule"] == "fixed" and "train.ppo.desired_kl" not in got
+    assert got["train.ppo.learning_rate_anneal"] is True  # rl_games' LinearScheduler: the rate falls over the run
     assert got["train.ppo.value_clip"] == 0.0 and got["train.ppo.grad_norm_clip"] == 0.0
     assert got["train.ppo.value_loss_scale"] == 0.5 and got["train.models.separate"] is True
     assert got["train.ppo.mini_batches"] == 1  # 80 samples / 48 -> 1 (the largest divisor of 80 <= 1)
