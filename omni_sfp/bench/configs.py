@@ -277,10 +277,11 @@ UNALIGNED: dict[str, list[str]] = {
         "rl_games and skrl use torch's nn.ELU and glibc's defaults",
     ],
     "floor": [
-        "only the network's work: the rollout's inference forwards (horizon + 1 per update), then epochs x "
-        "minibatches of forward, backward and an Adam step on contiguous slices; no env, sampling, "
-        "log-probabilities of the rollout, normalisation, GAE, shuffling, clipping or GradScaler; omni-sfp's trunk "
-        "and its CPU choices (ELU kernels, allocator, fused Adam); its rollout SPS is the inference forwards' alone",
+        "only the network's work and its learning rule: the rollout's inference forwards (horizon + 1 per update), "
+        "then epochs x minibatches of forward, backward, the gradient-norm clip and an Adam step on contiguous "
+        "slices (omni-sfp's clipped step, omni_sfp/compute/optim.py); no env, sampling, log-probabilities of the "
+        "rollout, normalisation, GAE, shuffling, PPO's clipped losses or GradScaler; omni-sfp's trunk and its CPU "
+        "choices (ELU kernels, allocator, fused Adam); its rollout SPS is the inference forwards' alone",
     ],
     "ceiling": [
         "the floor's matrix products alone, as bare torch.mm on contiguous operands, each shape at the fastest of "

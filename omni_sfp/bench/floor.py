@@ -1,16 +1,24 @@
 """The compute floor: the network work of one PPO run and nothing else, in bare torch.
 
 Per update: ``horizon + 1`` inference forwards over all envs (the rollout and the last values), then
-``epochs x mini_batches`` steps of forward, backward and fused Adam on contiguous slices of a random batch.
-No environment, preprocessing, GAE, clipping or bookkeeping, and the fastest Adam torch has: what this work
-costs on this machine at best, so a row's ratio to it is its framework overhead. It runs with the CPU choices
+``epochs x mini_batches`` steps of forward, backward, the gradient-norm clip and fused Adam on contiguous
+slices of a random batch. The clip is part of the update rule every peer row applies (rl_games'
+``truncate_grads``, skrl's ``grad_norm_clip``): without it the learning is not the same, so the floor pays it,
+the cheapest way torch has (the norm, then fused Adam's ``grad_scale``: no second pass over the gradients).
+No environment, preprocessing, GAE, PPO clipping or bookkeeping: what this work costs on this machine at
+best, so a row's ratio to it is its framework overhead. It runs with the CPU choices
 omni-sfp's rows make (omni_sfp.compute.cpu_choices: the ELU kernels, the allocator, fused Adam, measured once per CPU
 kind) at the benchmark's thread count, so none of them is counted as overhead.
 
 What it leaves out, and so what a peer row may legitimately spend above it: the env, sampling actions, the
 log-probabilities of the rollout, normalisation, GAE, shuffling (its minibatches are contiguous slices, as
-rl_games' are: skrl's and omni-sfp's are a fresh permutation each epoch), the PPO clipping and the gradient clip.
+rl_games' are: skrl's and omni-sfp's are a fresh permutation each epoch) and PPO's clipped losses.
 A row *below* it does less network work or runs faster kernels: see docs/benchmarks.md, "The floor".
+
+The advantages are drawn afresh each update, as each rollout brings new ones. On one fixed batch the policy
+term has no minimum (the means run away from the actions of negative advantage), the weights grow update
+after update, and subnormal numbers slowed the floor from the fifth update on (Intel family 6 model 167:
+1.65 s an update, then 2.2 s, then 3.5 s by the tenth), so that a longer run put the floor above the rows.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from torch import nn
 
 from omni_sfp.bench.configs import Row, Work, kernels_info
 from omni_sfp.compute.cpu_choices import Settings, apply, resolve
+from omni_sfp.compute.optim import clip_and_step
 from omni_sfp.sfp.models import make_mlp
 
 
@@ -51,7 +60,8 @@ def run_floor(
     apply(choices, device)
     observation_size, action_size = env.observation_space.shape[0], env.action_space.shape[0]
     net = FloorNet(observation_size, action_size, work).to(device)
-    optimizer = torch.optim.Adam(net.parameters(), lr=work.learning_rate, fused=choices.fused_adam)
+    parameters = list(net.parameters())
+    optimizer = torch.optim.Adam(parameters, lr=work.learning_rate, fused=choices.fused_adam)
     rollout_observations = torch.randn(work.num_envs, observation_size, device=device)
     observations = torch.randn(work.batch_size, observation_size, device=device)
     actions = torch.randn(work.batch_size, action_size, device=device)
@@ -62,6 +72,7 @@ def run_floor(
         return torch.autocast(device_type=device.type, enabled=row.mixed_precision)
 
     for _ in range(work.total_updates):
+        advantages.normal_()  # a fresh draw each update (see above)
         with torch.no_grad(), autocast():
             for _ in range(work.horizon + 1):
                 net(rollout_observations)
@@ -76,6 +87,6 @@ def run_floor(
                     loss = -(log_prob * advantages[batch]).mean() + (value - returns[batch]).square().mean()
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                optimizer.step()
+                clip_and_step(optimizer, parameters, work.grad_norm_clip)
         on_update()
     return {"fused_adam": choices.fused_adam, "kernels": kernels_info(choices.as_dict(), choices.sources)}

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from omni_sfp.compute import distributed
 from omni_sfp.compute.device import keep_freed_memory, malloc_tuned
 from omni_sfp.compute.kernels import FastELUFunction, fast_elu, use_elu_kernels
+from omni_sfp.compute.optim import clip_and_step
 from omni_sfp.config import schema
 
 BUDGET_S = 0.15  # a measurement's rounds stop after this many seconds (at least two rounds run)
@@ -312,7 +313,7 @@ def measure_elu_autograd(probe: _Probe) -> tuple[str, dict[str, float]]:
 
 
 def measure_adam(probe: _Probe) -> tuple[bool, dict[str, float]]:
-    """One Adam step with the gradient-norm clip, as the update takes it (omni_sfp.ppo.agent ``_clip_and_step``):
+    """One Adam step with the gradient-norm clip, as the update takes it (:func:`omni_sfp.compute.optim.clip_and_step`):
     fused with the clip as its ``grad_scale``, against torch's default Adam after ``clip_grad_norm_``."""
     probe.backward(rows=MINIBATCH_ROWS // 8)  # gradients of the trunk's shape; their values do not matter
     sides = {}
@@ -322,19 +323,14 @@ def measure_adam(probe: _Probe) -> tuple[bool, dict[str, float]]:
             param.grad = source.grad.clone()
         sides[fused] = (params, torch.optim.Adam(params, lr=1e-4, fused=fused))
 
-    def fused_step() -> None:
-        params, optimizer = sides[True]
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        optimizer.grad_scale = torch.clamp(norm + 1e-6, min=1.0)
-        optimizer.step()
-        del optimizer.grad_scale
-
-    def loop_step() -> None:
-        params, optimizer = sides[False]
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-
-    timings = interleaved({"fused": fused_step, "loop": loop_step}, rounds=11, calls=3)
+    timings = interleaved(
+        {
+            "fused": lambda: clip_and_step(sides[True][1], sides[True][0], 1.0),
+            "loop": lambda: clip_and_step(sides[False][1], sides[False][0], 1.0),
+        },
+        rounds=11,
+        calls=3,
+    )
     return pick(timings, "fused", "loop") == "fused", timings
 
 

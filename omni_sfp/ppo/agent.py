@@ -48,6 +48,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 
 from omni_sfp.compute import distributed
+from omni_sfp.compute.optim import clip_and_step
 from omni_sfp.config.schema import CHECK_FINITE
 from omni_sfp.sfp.cache import SFPStats, sfp_modules
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS
@@ -682,24 +683,7 @@ class SFPPPO(PPO):
         return losses
 
     def _clip_and_step(self) -> None:
-        """Clip the gradient norm and step. Fused Adam without a GradScaler takes the clip as its
-        ``grad_scale`` (it divides each gradient in the same kernel that applies it): no separate pass over
-        the gradients. Otherwise torch's own ``clip_grad_norm_``, after the GradScaler's unscale."""
-        clip = self.cfg.grad_norm_clip
-        if clip > 0 and not self.scaler.is_enabled() and self.optimizer.defaults.get("fused"):
-            norm = torch.nn.utils.get_total_norm([p.grad for p in self._trained_parameters if p.grad is not None])
-            # clip_grad_norm_ multiplies by min(clip / (norm + 1e-6), 1); the fused step divides by its inverse
-            self.optimizer.grad_scale = torch.clamp((norm + 1e-6) / clip, min=1.0)
-            try:
-                self.optimizer.step()
-            finally:
-                del self.optimizer.grad_scale
-            return
-        if clip > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self._trained_parameters, clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        clip_and_step(self.optimizer, self._trained_parameters, self.cfg.grad_norm_clip, self.scaler)
 
     # -- non-finite data ------------------------------------------------------------------------------------
     def raise_pending_nonfinite(self, cause: BaseException | None = None) -> None:

@@ -305,3 +305,33 @@ def test_the_kernels_column_names_each_rows_choices_and_says_when_repetitions_di
         "varied: ELU fast/torch, keep_freed, Adam loop, 1 thread; "
     )
     assert report.kernels_note([{}]) == ""  # the ceiling: bare matrix products, no choices
+
+
+def test_the_floor_clips_every_step_with_the_works_clip_and_draws_new_advantages_each_update(monkeypatch):
+    """The floor does the same learning as the rows: their gradient-norm clip on every Adam step. And its
+    advantages are new each update: on one fixed batch its weights grew without bound until subnormal numbers
+    slowed it (omni_sfp/bench/floor.py)."""
+    import omni_sfp.bench.floor as floor
+
+    clips, advantages = [], []
+    real_step = floor.clip_and_step
+
+    def spy(optimizer, parameters, clip, scaler=None):
+        clips.append(clip)
+        real_step(optimizer, parameters, clip, scaler)
+
+    real_randn = torch.randn
+
+    def keep_advantages(*size, **kwargs):
+        tensor = real_randn(*size, **kwargs)
+        if tuple(size) == (QUICK.batch_size, 1) and len(advantages) < 1:
+            advantages.append(tensor)  # the first (batch, 1) draw: the advantages
+        return tensor
+
+    monkeypatch.setattr(floor, "clip_and_step", spy)
+    monkeypatch.setattr(floor.torch, "randn", keep_advantages)
+    env = make_bench_env(QUICK, device="cpu", seed=0)
+    seen = []
+    floor.run_floor(env, QUICK, ROWS["floor-fp32"], on_update=lambda: seen.append(advantages[0].clone()))
+    assert clips == [QUICK.grad_norm_clip] * (QUICK.total_updates * QUICK.epochs * QUICK.mini_batches)
+    assert len(seen) == QUICK.total_updates and not any(torch.equal(a, b) for a, b in zip(seen, seen[1:]))
