@@ -157,6 +157,118 @@ def test_elu_is_within_its_bound_of_torchs_with_and_without_autograd(fast_elu_ke
         assert torch.equal(torch.jit.script(ELU())(grid), exact)
 
 
+def test_an_in_place_elu_writes_over_its_input_with_each_kernel_on_each_path():
+    """Values equal to the out-of-place ELU's (but for the sign of a zero); the gradient is torch's ELU backward
+    from the output: the fast kernel's exactly, and for torch's kernel ``y + 1`` in place of ``exp(x)``, within
+    an ulp of each (2**-24 on the grid's results in (-1, 0]) times ``|upstream| <= 2``."""
+    import torch.nn.functional as F
+
+    from omni_sfp.compute.kernels import ELU, elu_kernels, use_elu_kernels
+
+    before = elu_kernels()
+    grid = torch.cat([torch.linspace(-40.0, 5.0, 100_001), -torch.logspace(-38, 1, 1_001)])
+    upstream = torch.linspace(-2.0, 2.0, grid.numel())
+
+    def through(elu: ELU) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """Output, input gradient, and whether the output is the layer output's own memory."""
+        leaf = grid.clone().requires_grad_()
+        layer_output = leaf * 1.0  # a layer's output: not a leaf, nothing else reads it
+        out = elu(layer_output)
+        return (
+            out.detach(),
+            torch.autograd.grad((out * upstream).sum(), leaf)[0],
+            out.data_ptr() == layer_output.data_ptr(),
+        )
+
+    try:
+        for kernel in ("torch", "fast"):
+            use_elu_kernels(no_grad=kernel, autograd=kernel)
+            with torch.no_grad():
+                x = grid.clone()
+                got = ELU(inplace=True)(x)
+                assert got.data_ptr() == x.data_ptr() and torch.equal(got + 0.0, ELU()(grid) + 0.0), kernel
+                untouched = grid.clone()
+                ELU()(untouched)
+                assert torch.equal(untouched, grid), kernel  # without inplace the input stays as it was
+            out_of_place, reference, shared = through(ELU())
+            in_place, gradient, written_over = through(ELU(inplace=True))
+            assert written_over and not shared and torch.equal(in_place + 0.0, out_of_place + 0.0), kernel
+            if kernel == "fast":
+                assert torch.equal(gradient, reference)
+            else:
+                assert not torch.equal(gradient, reference)  # the premise: another formula
+                assert (gradient - reference).abs().max() <= 2 * 2**-24
+                assert torch.equal(out_of_place, F.elu(grid))
+    finally:
+        use_elu_kernels(**before)
+
+
+def test_the_mlp_trunk_keeps_one_activation_per_layer_for_the_backward():
+    """Its ELUs act in place on their Linear's output: autograd keeps each layer's output once (the ELU's result,
+    which the next Linear reads too) instead of the Linear's output and the ELU's. Same values and gradients."""
+    import copy
+
+    from omni_sfp.compute.kernels import ELU
+    from omni_sfp.sfp.models import make_mlp
+
+    torch.manual_seed(0)
+    trunk, x = make_mlp(6, (64, 32)), torch.randn(128, 6)
+    elus = [m for m in trunk if isinstance(m, ELU)]
+    assert len(elus) == 2 and all(m.inplace for m in elus)
+    plain = copy.deepcopy(trunk)
+    for module in plain:
+        if isinstance(module, ELU):
+            module.inplace = False
+
+    def kept(module: torch.nn.Module) -> tuple[int, torch.Tensor, list[torch.Tensor]]:
+        storages = {}
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+            return tensor
+
+        module.zero_grad(set_to_none=True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            out = module(x)
+        out.square().sum().backward()
+        return sum(storages.values()), out.detach(), [p.grad for p in module.parameters()]
+
+    in_place_bytes, in_place_out, in_place_grads = kept(trunk)
+    plain_bytes, plain_out, plain_grads = kept(plain)
+    assert plain_bytes - in_place_bytes == 128 * 64 * 4  # the first Linear's output, no longer kept apart
+    assert torch.equal(in_place_out, plain_out)
+    for ours, theirs in zip(in_place_grads, plain_grads):
+        assert (ours - theirs).abs().max() <= 1e-5 * theirs.abs().max()
+
+
+def test_the_network_builders_elus_write_over_their_layers_outputs_never_over_the_inputs():
+    """Activations follow linear and convolution layers only (flatten takes none): each ELU acts in place."""
+    from gymnasium import spaces
+
+    from omni_sfp.compute.kernels import ELU
+    from omni_sfp.sfp import network
+
+    trunk = [
+        {"name": "features", "input": "OBSERVATIONS", "layers": [{"conv2d": [4, 2]}, "flatten"], "activations": "elu"},
+        {"name": "net", "input": "features", "layers": [16, 8], "activations": "elu"},
+    ]
+    models = {
+        "separate": False,
+        "policy": {"class": "GaussianMixin", "network": trunk, "output": "ACTIONS"},
+        "value": {"class": "DeterministicMixin", "network": trunk, "output": "ONE"},
+    }
+    obs = spaces.Box(-1, 1, (2, 5, 5))
+    model = network.build_models(network.parse(models), obs, spaces.Box(-1, 1, (2,)), torch.device("cpu"))["policy"]
+    elus = [m for m in model.modules() if isinstance(m, ELU)]
+    assert len(elus) == 3 and all(m.inplace for m in elus)
+    x = torch.randn(4, 2, 5, 5) - 1.0  # mostly negative: an ELU written over them would change them
+    seen = x.clone()
+    with torch.no_grad():
+        model.compute({"observations": x}, role="policy")
+    model.compute({"observations": x}, role="value")[0].sum().backward()
+    assert torch.equal(x, seen)
+
+
 def test_elu_takes_the_kernel_chosen_for_each_path():
     import torch.nn.functional as F
 

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from omni_sfp.compute import distributed
 from omni_sfp.compute.device import keep_freed_memory, malloc_tuned
-from omni_sfp.compute.kernels import FastELUFunction, fast_elu, use_elu_kernels
+from omni_sfp.compute.kernels import FastELUInPlace, fast_elu_, use_elu_kernels
 from omni_sfp.compute.optim import clip_and_step
 from omni_sfp.config import schema
 
@@ -53,7 +53,7 @@ BUDGET_S = 0.15  # a measurement's rounds stop after this many seconds (at least
 MARGIN = 0.05  # the other side must take at most (1 - MARGIN) of the default side's median time to be chosen
 QUIET_LOAD = 0.25  # load average per core (1 minute) below which the thread count is measured
 CACHE_FILE = "cpu-choices.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the ELU kernels are timed in place, as the trunks run them (1 timed them out of place)
 # the probe's sizes: the default run's (Cartpole) rollout batch, minibatch and trunk; 64 observations
 ROLLOUT_ROWS, MINIBATCH_ROWS, OBSERVATIONS, UNITS = 512, 8192, 64, (256, 128, 64)
 SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_bf16", "amx_tile", "neon", "sve")
@@ -291,20 +291,27 @@ def measure_threads(probe: _Probe, default: int) -> tuple[int, dict[str, float]]
 
 
 def measure_elu_no_grad(probe: _Probe) -> tuple[str, dict[str, float]]:
-    """Both ELU kernels on a rollout batch of the trunk's widest layer, without autograd."""
-    x = probe.rollout
+    """Both ELU kernels on a rollout batch of the trunk's widest layer, without autograd, in place as the
+    trunks run them (each call writes over a fresh copy of the batch: both sides pay the copy)."""
+    x, scratch = probe.rollout, torch.empty_like(probe.rollout)
     with torch.no_grad():
-        timings = interleaved({"torch": lambda: F.elu(x), "fast": lambda: fast_elu(x)}, rounds=11, calls=10)
+        timings = interleaved(
+            {"torch": lambda: F.elu(scratch.copy_(x), inplace=True), "fast": lambda: fast_elu_(scratch.copy_(x))},
+            rounds=11,
+            calls=10,
+        )
     return pick(timings, "torch", "fast"), timings
 
 
 def measure_elu_autograd(probe: _Probe) -> tuple[str, dict[str, float]]:
-    """Both ELU kernels, forward and backward, on a minibatch of the trunk's widest layer (8192 x 256)."""
+    """Both ELU kernels, forward and backward, on a minibatch of the trunk's widest layer (8192 x 256), in place
+    as the trunks run them (on a clone of the activations, which stands for the layer's output: both sides pay
+    the clone)."""
     x, upstream = probe.activations, probe.upstream
     timings = interleaved(
         {
-            "torch": lambda: torch.autograd.grad(F.elu(x), x, upstream),
-            "fast": lambda: torch.autograd.grad(FastELUFunction.apply(x), x, upstream),
+            "torch": lambda: torch.autograd.grad(F.elu(x.clone(), inplace=True), x, upstream),
+            "fast": lambda: torch.autograd.grad(FastELUInPlace.apply(x.clone()), x, upstream),
         },
         rounds=9,
         calls=1,

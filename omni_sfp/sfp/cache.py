@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.autograd.forward_ad as _forward_ad
 from torch import nn
 from torch.nn.modules import module as _module_globals
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from omni_sfp.compute.kernels import transform_active
 from omni_sfp.config.schema import CACHE_CHECKS  # defined once, with every setting
 
 CacheCheck = Literal["identity", "content", "auto", "off"]
@@ -94,12 +94,6 @@ def _autocast_state(device_type: str) -> tuple[bool, torch.dtype | None]:
 
 def _layout(tensor: torch.Tensor) -> tuple:
     return (tensor.shape, tensor.stride(), tensor.storage_offset(), tensor.dtype, tensor.device)
-
-
-def _transform_active() -> bool:
-    """A ``torch.func`` transform (grad, vmap, jacrev, ...) or a forward-mode AD level is active: inputs and
-    parameters may be wrapped or carry tangents that no key describes, so the trunk must run as written."""
-    return torch._C._functorch.peek_interpreter_stack() is not None or _forward_ad._current_level >= 0
 
 
 def _has_global_hooks() -> bool:
@@ -225,7 +219,7 @@ class SingleForwardPass(nn.Module):
 
     # -- public -----------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.cache_check == "off" or type(x) not in _PLAIN_TENSOR_TYPES or _transform_active():
+        if self.cache_check == "off" or type(x) not in _PLAIN_TENSOR_TYPES or transform_active():
             return self._bypass(x)
         walked = self._walk()
         if walked is None:  # hooks on the trunk

@@ -3,7 +3,7 @@ separate actor and critic used as the ``models.separate=true`` baseline."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium
@@ -34,17 +34,27 @@ def _linear(in_features: int, out_features: int, init: str, gain: float) -> nn.L
     return linear
 
 
+def activation_after_layer(name: str, modules: Mapping[str, Callable[[], nn.Module]] = ACTIVATIONS) -> nn.Module:
+    """The activation module ``name`` (of ``modules``) for the output of a linear or convolution layer: the ELU in
+    place (nothing else reads that output; :class:`omni_sfp.compute.kernels.ELU`), any other as it is built."""
+    return ELU(inplace=True) if modules[name] is ELU else modules[name]()
+
+
 def make_mlp(
     in_features: int, units: Sequence[int], activation: str = "elu", init: str = "orthogonal"
 ) -> nn.Sequential:
-    """A plain MLP trunk: Linear + activation per entry of ``units`` (orthogonal gain sqrt(2) by default)."""
+    """A plain MLP trunk: Linear + activation per entry of ``units`` (orthogonal gain sqrt(2) by default).
+
+    Its ELUs act in place on their Linear's output (:class:`omni_sfp.compute.kernels.ELU`): nothing else reads
+    that output, and the trunk keeps half the activations for the backward. A forward hook on a Linear sees its
+    output before the ELU overwrites it, as with torch's own in-place activations."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r} is not one of {', '.join(ACTIVATIONS)}")
     if not units or any(int(u) <= 0 for u in units):
         raise ValueError(f"units={list(units)!r} must be a non-empty list of positive layer sizes")
     layers: list[nn.Module] = []
     for size in units:
-        layers += [_linear(in_features, int(size), init, gain=2**0.5), ACTIVATIONS[activation]()]
+        layers += [_linear(in_features, int(size), init, gain=2**0.5), activation_after_layer(activation)]
         in_features = int(size)
     return nn.Sequential(*layers)
 

@@ -42,7 +42,7 @@ from torch import nn
 
 from omni_sfp.config.schema import ConfigError
 from omni_sfp.sfp.cache import SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
-from omni_sfp.sfp.models import ACTIVATIONS
+from omni_sfp.sfp.models import ACTIVATIONS, activation_after_layer
 
 POLICY_CLASSES = ("GaussianMixin", "CategoricalMixin", "MultiCategoricalMixin")
 VALUE_CLASSES = ("DeterministicMixin",)
@@ -577,8 +577,8 @@ class Trunk(nn.Module):
                 block.append(module)
                 with torch.no_grad():
                     x = module(x)
-                if layer.activation:
-                    block.append(ACTIVATION_MODULES[layer.activation]())
+                if layer.activation:  # a linear or convolution layer's (flatten has none): the ELU acts in place
+                    block.append(activation_after_layer(layer.activation, ACTIVATION_MODULES))
             self.inputs[container.name] = expression
             self.blocks[container.name] = nn.Sequential(*block)
             env[container.name] = x
