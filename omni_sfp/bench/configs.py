@@ -142,7 +142,7 @@ class Row:
     """One configuration of the table."""
 
     id: str
-    framework: str  # "rlgames" | "omni" | "skrl" | "floor" | "ceiling"
+    framework: str  # "rlgames" | "omni" | "skrl" | "bare" | "floor" | "ceiling"
     mixed_precision: bool
     single_forward_pass: bool
     time_limit_bootstrap: bool
@@ -158,6 +158,7 @@ class Row:
             "rlgames": "rl_games",
             "omni": "omni-sfp",
             "skrl": "skrl built-in",
+            "bare": "bare-torch PPO",
             "floor": "compute floor",
             "ceiling": "GEMM ceiling",
         }
@@ -182,7 +183,7 @@ def precision_effect(row: Row, device_type: str) -> str:
         if device_type == "cuda":
             return "bf16 autocast + GradScaler"
         return "fp32 (rl_games' mixed precision is CUDA-only)"
-    if row.framework == "floor":
+    if row.framework in ("bare", "floor"):
         return "bf16 autocast" if device_type == "cpu" else "fp16 autocast"
     if row.framework == "ceiling":
         return "bf16 GEMMs" if device_type == "cpu" else "fp16 GEMMs"
@@ -197,6 +198,7 @@ def _rows() -> dict[str, Row]:
             for p in ("fp32", "mixed"):
                 rows.append(Row(f"{name}-{p}{'-tlb' if tlb else ''}", framework, p == "mixed", sfp, tlb))
     rows += [Row(f"omni-sfp-{p}-compiled", "omni", p == "mixed", True, False, compile=True) for p in ("fp32", "mixed")]
+    rows += [Row(f"bare-ppo-{p}", "bare", p == "mixed", True, False) for p in ("fp32", "mixed")]
     rows += [Row(f"floor-{p}", "floor", p == "mixed", True, False) for p in ("fp32", "mixed")]
     rows += [Row(f"ceiling-{p}", "ceiling", p == "mixed", True, False) for p in ("fp32", "mixed")]
     return {row.id: row for row in rows}
@@ -211,8 +213,9 @@ DEFAULT_ROWS: tuple[str, ...] = tuple(
 )
 
 
-# The cartpole preset's default: the small-network pair of issue 14, with the floor and ceiling for scale.
-CARTPOLE_ROWS: tuple[str, ...] = ("rlgames-fp32", "omni-sfp-fp32", "floor-fp32", "ceiling-fp32")
+# The cartpole preset's default: the small-network pair of issue 14, with bare PPO, the floor and the ceiling for
+# scale.
+CARTPOLE_ROWS: tuple[str, ...] = ("rlgames-fp32", "omni-sfp-fp32", "bare-ppo-fp32", "floor-fp32", "ceiling-fp32")
 
 
 def select_rows(spec: str, preset: str = "cpu") -> list[Row]:
@@ -275,6 +278,14 @@ UNALIGNED: dict[str, list[str]] = {
         "defaults, or keeping freed memory: omni_sfp/compute/device.py keep_freed_memory) and fused Adam are chosen by "
         "measurement once per CPU kind (omni_sfp/compute/cpu_choices.py; the kernels column says what each row ran with); "
         "rl_games and skrl use torch's nn.ELU and glibc's defaults",
+    ],
+    "bare": [
+        "PPO in straight-line torch (bench/bare_ppo.py): the floor's network and CPU choices, plus everything the "
+        "floor leaves out, each the cheapest way: the env, Gaussian sampling and log-probabilities, the rollout in "
+        "preallocated tensors, observation and value normalisers updated once an update from the whole rollout "
+        "(the frameworks: every minibatch of the first epoch), GAE, one permutation and one gather an epoch, "
+        "PPO's clipped policy and value losses; no framework, bookkeeping, statistics or host reads. Its ratio "
+        "to the floor is what PPO itself costs here; a framework's ratio to it is the framework's overhead",
     ],
     "floor": [
         "only the network's work and its learning rule: the rollout's inference forwards (horizon + 1 per update), "

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from omni_sfp.bench.configs import Row, Work, kernels_info
-from omni_sfp.compute.cpu_choices import Settings, apply, resolve
+from omni_sfp.compute.cpu_choices import CPUChoices, Settings, apply, resolve
 from omni_sfp.compute.optim import clip_and_step
 from omni_sfp.sfp.models import make_mlp
 
@@ -50,18 +50,25 @@ class FloorNet(nn.Module):
         return self.policy_head(features), self.value_head(features)
 
 
+def build_network(env, work: Work, row: Row) -> tuple[FloorNet, list[nn.Parameter], torch.optim.Adam, CPUChoices]:
+    """The network at the env's sizes, its parameters and its Adam, after making omni-sfp's CPU choices for the row
+    at the benchmark's thread count (so that no kernel choice is counted as a row's overhead)."""
+    choices = resolve(Settings(threads=torch.get_num_threads()), env.device, mixed_precision=row.mixed_precision)
+    apply(choices, env.device)
+    net = FloorNet(env.observation_space.shape[0], env.action_space.shape[0], work).to(env.device)
+    parameters = list(net.parameters())
+    optimizer = torch.optim.Adam(parameters, lr=work.learning_rate, fused=choices.fused_adam)
+    return net, parameters, optimizer, choices
+
+
 def run_floor(
     env, work: Work, row: Row, *, on_update: Callable[[], None], on_rollout: Callable[[], None] = lambda: None
 ) -> dict[str, Any]:
     """Run ``work.total_updates`` updates' worth of network work at the env's sizes; ``on_rollout`` after each
     update's inference forwards, ``on_update`` after its learning: the table splits the floor as the other rows."""
     device = env.device
-    choices = resolve(Settings(threads=torch.get_num_threads()), device, mixed_precision=row.mixed_precision)
-    apply(choices, device)
+    net, parameters, optimizer, choices = build_network(env, work, row)
     observation_size, action_size = env.observation_space.shape[0], env.action_space.shape[0]
-    net = FloorNet(observation_size, action_size, work).to(device)
-    parameters = list(net.parameters())
-    optimizer = torch.optim.Adam(parameters, lr=work.learning_rate, fused=choices.fused_adam)
     rollout_observations = torch.randn(work.num_envs, observation_size, device=device)
     observations = torch.randn(work.batch_size, observation_size, device=device)
     actions = torch.randn(work.batch_size, action_size, device=device)

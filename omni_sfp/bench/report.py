@@ -11,6 +11,8 @@ from typing import Any
 from omni_sfp.bench.configs import UNALIGNED, Row, Work
 from omni_sfp.compute.cpu_choices import SIMD_FLAGS
 
+FRAMEWORKS = ("rlgames", "omni", "skrl")  # the rows that train through a framework (not bare PPO, floor, ceiling)
+
 FP32_TARGET_SMALL_NETWORK = (256, 128, 64)  # issue 7 asks more of the fp32 ratio on this network
 
 
@@ -65,6 +67,7 @@ def summarize(rows: list[Row], runs: dict[str, list[dict[str, Any]]], work: Work
         entry["vs_rlgames_mixed"] = ratio(median[entry["id"]], median.get("rlgames-mixed"))
         entry["vs_rlgames_fp32"] = ratio(median[entry["id"]], median.get("rlgames-fp32"))
         entry["vs_floor"] = ratio(median[entry["id"]], median.get(f"floor-{entry['precision']}"))
+        entry["vs_bare_ppo"] = ratio(median[entry["id"]], median.get(f"bare-ppo-{entry['precision']}"))
         entry["of_ceiling"] = ratio(entry["tflops"], ceiling.get(entry["precision"]))
         is_sfp = entry["framework"] == "omni" and entry["single_forward_pass"]
         double = median.get(f"omni-double-{entry['precision']}{tlb}")
@@ -237,6 +240,15 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {t['name']} | {t['ratio']} | {t['value']:.3f}x | {t['target']} | {'yes' if t['met'] else 'no'} |"
             )
+    overhead = [e for e in report["rows"] if e["framework"] in FRAMEWORKS and e.get("vs_bare_ppo") is not None]
+    if overhead:
+        lines += [
+            "",
+            "Framework overhead: each framework row's run time over bare-torch PPO's at the same precision "
+            "(the same learning with no framework; its own ratio to the floor is what PPO costs beyond the network):",
+            "",
+        ]
+        lines += [f"- {e['label']}: {e['vs_bare_ppo']:.3f}x" for e in overhead]
     payback = compile_payback(report["rows"])
     if payback:
         lines += [
@@ -274,6 +286,7 @@ COLORS = {
     "rlgames": "tab:blue",
     "omni": "tab:green",
     "skrl": "tab:orange",
+    "bare": "tab:brown",
     "floor": "tab:gray",
     "ceiling": "tab:purple",
 }

@@ -109,6 +109,10 @@ def measure(
             compile_model=rlgames_compile,
             on_update=clock.tick,
         )
+    elif row.framework == "bare":
+        from omni_sfp.bench.bare_ppo import run_bare_ppo
+
+        info = run_bare_ppo(env, work, row, on_update=clock.tick)
     else:
         from omni_sfp.bench.floor import run_floor
 

@@ -71,7 +71,7 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
     for row_id, run in quick_runs.items():  # every row names the CPU choices it ran with
         if ROWS[row_id].framework != "ceiling":
             assert run["info"]["kernels"]["choices"]["threads"] == 1, row_id
-    for row_id in ("omni-sfp-fp32", "floor-fp32"):  # the floor splits its updates as the rows that step an env
+    for row_id in ("omni-sfp-fp32", "bare-ppo-fp32", "floor-fp32"):  # the floor splits them as the others
         run = quick_runs[row_id]
         assert len(run["rollout_seconds"]) == len(run["learning_seconds"]) == QUICK.updates, row_id
         assert sum(run["rollout_seconds"]) + sum(run["learning_seconds"]) == pytest.approx(run["seconds"]), row_id
@@ -110,6 +110,8 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
     floor = quick_runs["floor-fp32"]["info"]["kernels"]["choices"]
     assert f"| {report.kernels_text(floor)} |" in table and "ELU torch/torch, glibc, fused Adam, 1 thread" in table
     assert all(f"| {ROWS[r].label} |" in table for r in expected)
+    sfp = next(e for e in entries if e["id"] == "omni-sfp-fp32")
+    assert f"- {sfp['label']}: {sfp['vs_bare_ppo']:.3f}x" in table  # the framework overhead, under the table
     for entry in json.loads(paths[0].read_text())["rows"]:
         for key in ("run_s", "update_s"):
             assert all(math.isfinite(value) for value in entry[key].values())
@@ -159,6 +161,7 @@ def test_medians_slowing_factors_speedup_and_targets_from_hand_made_numbers():
         "rlgames-mixed": _fake([8.0, 9.0, 7.0]),
         "omni-double-fp32": _fake([20.0, 21.0, 19.0]),
         "omni-sfp-fp32": _fake([10.0, 9.0, 11.0]),
+        "bare-ppo-fp32": _fake([8.0, 9.0, 8.0]),
         "floor-fp32": _fake([8.0, 8.0, 8.0]),
     }
     entries = {e["id"]: e for e in report.summarize(select_rows(",".join(runs)), runs, work)}
@@ -168,6 +171,7 @@ def test_medians_slowing_factors_speedup_and_targets_from_hand_made_numbers():
     assert sfp["vs_rlgames_mixed"] == pytest.approx(10 / 8)
     assert sfp["vs_rlgames_fp32"] == pytest.approx(10 / 12)
     assert sfp["vs_floor"] == pytest.approx(10 / 8)
+    assert sfp["vs_bare_ppo"] == pytest.approx(10 / 8) and entries["bare-ppo-fp32"]["vs_floor"] == 1.0
     assert sfp["sfp_speedup"] == pytest.approx(20 / 10)
     assert entries["omni-double-fp32"]["sfp_speedup"] is None and entries["rlgames-fp32"]["vs_rlgames_fp32"] == 1.0
 
@@ -335,3 +339,70 @@ def test_the_floor_clips_every_step_with_the_works_clip_and_draws_new_advantages
     floor.run_floor(env, QUICK, ROWS["floor-fp32"], on_update=lambda: seen.append(advantages[0].clone()))
     assert clips == [QUICK.grad_norm_clip] * (QUICK.total_updates * QUICK.epochs * QUICK.mini_batches)
     assert len(seen) == QUICK.total_updates and not any(torch.equal(a, b) for a, b in zip(seen, seen[1:]))
+
+
+def test_bare_ppo_does_the_rows_learning_steps_every_env_step_and_clips_every_minibatch(monkeypatch):
+    """The bare-torch PPO row does the work the floor leaves out (omni_sfp/bench/bare_ppo.py): it steps the env
+    ``horizon`` times an update, with actions drawn around the policy's means, and takes every minibatch's Adam
+    step with the work's gradient-norm clip."""
+    import omni_sfp.bench.bare_ppo as bare
+
+    clips, actions = [], []
+    real_step = bare.clip_and_step
+
+    def spy(optimizer, parameters, clip, scaler=None):
+        clips.append(clip)
+        real_step(optimizer, parameters, clip, scaler)
+
+    monkeypatch.setattr(bare, "clip_and_step", spy)
+    env = make_bench_env(QUICK, device="cpu", seed=0)
+    real_env_step = env.step
+    env.step = lambda a: (actions.append(a.clone()), real_env_step(a))[1]
+    updates = []
+    info = bare.run_bare_ppo(env, QUICK, ROWS["bare-ppo-fp32"], on_update=lambda: updates.append(len(actions)))
+    assert updates == [QUICK.horizon * (i + 1) for i in range(QUICK.total_updates)]
+    assert clips == [QUICK.grad_norm_clip] * (QUICK.total_updates * QUICK.epochs * QUICK.mini_batches)
+    assert all(a.shape == (QUICK.num_envs, env.action_space.shape[0]) and torch.isfinite(a).all() for a in actions)
+    assert not torch.equal(actions[0], actions[1])  # sampled, not the means
+    assert info["kernels"]["choices"]["threads"] == torch.get_num_threads()
+
+
+def test_running_moments_merge_batches_into_the_statistics_of_all_the_data():
+    from omni_sfp.bench.bare_ppo import RunningMoments
+
+    data = torch.randn(3, 50, 4, dtype=torch.float64) * torch.tensor([1.0, 2.0, 0.5, 3.0], dtype=torch.float64) + 7
+    moments = RunningMoments(4, torch.device("cpu"), epsilon=1e-12)
+    for batch in data:
+        moments.update(batch)
+    flat = data.reshape(-1, 4)
+    assert torch.allclose(moments.mean, flat.mean(0)) and torch.allclose(moments.variance, flat.var(0, unbiased=False))
+    x = flat[:5].float()
+    expected = ((x - flat.mean(0).float()) / flat.std(0, unbiased=False).float()).clamp(-5, 5)
+    assert torch.allclose(moments.normalise(x), expected, atol=1e-5)
+    assert torch.allclose(moments.denormalise(moments.normalise(x)), x, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_bare_ppo_learns_cartpole():
+    """A reference row is only a reference if it trains: bare PPO on the cartpole preset's work balances the pole
+    for longer and longer episodes (random actions: about 22 steps)."""
+    from skrl.utils import set_seed
+
+    import omni_sfp.bench.bare_ppo as bare
+
+    work = PRESETS["cartpole"][0].replace(updates=24, num_envs=256, minibatch_size=4096)
+    set_seed(0)
+    env = make_bench_env(work, device="cpu", seed=0)
+    ends = []
+    real_env_step = env.step
+
+    def step(actions):
+        result = real_env_step(actions)
+        ends.append(int((result[2] | result[3]).sum()))
+        return result
+
+    env.step = step
+    bare.run_bare_ppo(env, work, ROWS["bare-ppo-fp32"], on_update=lambda: None)
+    per_update = [sum(ends[i : i + work.horizon]) for i in range(0, len(ends), work.horizon)]
+    first, last = (work.batch_size * 3 / max(sum(part), 1) for part in (per_update[:3], per_update[-3:]))
+    assert first < 40 and last > 150, (first, last)

@@ -97,7 +97,7 @@ def test_tflops_ceiling_fraction_rollout_sps_and_the_cartpole_target_from_hand_m
     target = found["rollout SPS, omni-sfp vs rl_games, fp32 (issue 14)"]
     assert target["value"] == pytest.approx(2.0 / 1.25) and target["met"] is True
     assert select_rows("default", "cartpole") == [
-        ROWS[r] for r in ("rlgames-fp32", "omni-sfp-fp32", "floor-fp32", "ceiling-fp32")
+        ROWS[r] for r in ("rlgames-fp32", "omni-sfp-fp32", "bare-ppo-fp32", "floor-fp32", "ceiling-fp32")
     ]
 
 
