@@ -28,13 +28,14 @@ CLIP_NORMALISED = 5.0  # skrl's RunningStandardScaler clip_threshold, as the row
 
 
 class RunningMoments:
-    """Mean and variance of everything seen so far, merged a batch at a time (Chan et al.'s parallel update,
-    in float64 as skrl's scaler keeps them), with the float32 mean and standard deviation the batches use."""
+    """The running mean and variance of skrl's ``RunningStandardScaler`` (float64, Chan et al.'s parallel update
+    from a count of 1, each batch's unbiased variance), merged a whole rollout at a time, with the float32 mean
+    and standard deviation that normalising uses."""
 
     def __init__(self, size: int, device: torch.device, epsilon: float = 1e-8) -> None:
         self.mean = torch.zeros(size, dtype=torch.float64, device=device)
         self.variance = torch.ones(size, dtype=torch.float64, device=device)
-        self.count = epsilon  # as skrl: the first batch all but replaces the initial (0, 1)
+        self.count = 1.0
         self.epsilon = epsilon
         self._refresh()
 
@@ -44,15 +45,15 @@ class RunningMoments:
 
     def update(self, samples: torch.Tensor) -> None:
         """Merge ``samples`` (any leading shape, last dimension ``size``) into the statistics."""
-        flat = samples.reshape(-1, self.mean.shape[0]).double()
-        batch_mean, batch_variance, batch_count = flat.mean(0), flat.var(0, unbiased=False), flat.shape[0]
+        flat = samples.reshape(-1, self.mean.shape[0])
+        batch_mean, batch_variance, batch_count = flat.mean(0), flat.var(0), flat.shape[0]
         delta, total = batch_mean - self.mean, self.count + batch_count
-        self.mean = self.mean + delta * batch_count / total
         m2 = (
             self.variance * self.count
             + batch_variance * batch_count
             + delta.square() * self.count * batch_count / total
         )
+        self.mean = self.mean + delta * batch_count / total
         self.variance, self.count = m2 / total, total
         self._refresh()
 

@@ -367,19 +367,24 @@ def test_bare_ppo_does_the_rows_learning_steps_every_env_step_and_clips_every_mi
     assert info["kernels"]["choices"]["threads"] == torch.get_num_threads()
 
 
-def test_running_moments_merge_batches_into_the_statistics_of_all_the_data():
+def test_bare_ppos_normalisers_keep_skrls_running_statistics_and_normalise_as_it_does():
+    from skrl.resources.preprocessors.torch import RunningStandardScaler
+
     from omni_sfp.bench.bare_ppo import RunningMoments
 
-    data = torch.randn(3, 50, 4, dtype=torch.float64) * torch.tensor([1.0, 2.0, 0.5, 3.0], dtype=torch.float64) + 7
-    moments = RunningMoments(4, torch.device("cpu"), epsilon=1e-12)
-    for batch in data:
+    scale = torch.tensor([1.0, 2.0, 0.5, 3.0])
+    batches = [torch.randn(50, 4) * scale + 7 for _ in range(3)]
+    moments = RunningMoments(4, torch.device("cpu"))
+    skrl = RunningStandardScaler(4, device="cpu")
+    for batch in batches:
         moments.update(batch)
-    flat = data.reshape(-1, 4)
-    assert torch.allclose(moments.mean, flat.mean(0)) and torch.allclose(moments.variance, flat.var(0, unbiased=False))
-    x = flat[:5].float()
-    expected = ((x - flat.mean(0).float()) / flat.std(0, unbiased=False).float()).clamp(-5, 5)
-    assert torch.allclose(moments.normalise(x), expected, atol=1e-5)
-    assert torch.allclose(moments.denormalise(moments.normalise(x)), x, atol=1e-4)
+        skrl(batch, train=True)
+    torch.testing.assert_close(moments.mean, skrl.running_mean)
+    torch.testing.assert_close(moments.variance, skrl.running_variance)
+    x = torch.randn(5, 4) * scale * 4 + 7  # some beyond the clip
+    torch.testing.assert_close(moments.normalise(x), skrl(x))
+    values = torch.randn(5, 4)
+    torch.testing.assert_close(moments.denormalise(values), skrl(values, inverse=True))
 
 
 @pytest.mark.slow
