@@ -3,8 +3,8 @@
 The floor (omni_sfp/bench/floor.py) is the network work alone. A PPO run must also step the env, sample the
 actions and their log-probabilities, keep the rollout, normalise observations and values, compute GAE, shuffle
 the minibatches and evaluate PPO's clipped losses. This row does all of that in straight-line torch: no
-framework, no model or memory classes, no per-call bookkeeping, the normalisers' statistics updated once an
-update from the whole rollout, one gather per epoch. So its distance to the floor is what PPO itself costs on
+framework, no model or memory classes, no per-call bookkeeping; skrl's running scalers, trained once an update on
+the whole rollout; the project's GAE (skrl's arithmetic); one gather per epoch. So its distance to the floor is what PPO itself costs on
 this machine, and a framework's distance to *it* is the framework's own overhead (docs/benchmarks.md, "The rows").
 
 It trains the same network (the floor's :class:`~omni_sfp.bench.floor.FloorNet`, omni-sfp's trunk and heads),
@@ -22,46 +22,10 @@ import torch
 from omni_sfp.bench.configs import Row, Work, kernels_info
 from omni_sfp.bench.floor import build_network
 from omni_sfp.compute.optim import clip_and_step
+from omni_sfp.ppo.agent import compute_gae
+from omni_sfp.ppo.scaler import StandardScaler
 
 LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
-CLIP_NORMALISED = 5.0  # skrl's RunningStandardScaler clip_threshold, as the rows use
-
-
-class RunningMoments:
-    """The running mean and variance of skrl's ``RunningStandardScaler`` (float64, Chan et al.'s parallel update
-    from a count of 1, each batch's unbiased variance), merged a whole rollout at a time, with the float32 mean
-    and standard deviation that normalising uses."""
-
-    def __init__(self, size: int, device: torch.device, epsilon: float = 1e-8) -> None:
-        self.mean = torch.zeros(size, dtype=torch.float64, device=device)
-        self.variance = torch.ones(size, dtype=torch.float64, device=device)
-        self.count = 1.0
-        self.epsilon = epsilon
-        self._refresh()
-
-    def _refresh(self) -> None:
-        self.mean32 = self.mean.float()
-        self.std32 = self.variance.float().sqrt()
-
-    def update(self, samples: torch.Tensor) -> None:
-        """Merge ``samples`` (any leading shape, last dimension ``size``) into the statistics."""
-        flat = samples.reshape(-1, self.mean.shape[0])
-        batch_mean, batch_variance, batch_count = flat.mean(0), flat.var(0), flat.shape[0]
-        delta, total = batch_mean - self.mean, self.count + batch_count
-        m2 = (
-            self.variance * self.count
-            + batch_variance * batch_count
-            + delta.square() * self.count * batch_count / total
-        )
-        self.mean = self.mean + delta * batch_count / total
-        self.variance, self.count = m2 / total, total
-        self._refresh()
-
-    def normalise(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x - self.mean32) / (self.std32 + self.epsilon)).clamp_(-CLIP_NORMALISED, CLIP_NORMALISED)
-
-    def denormalise(self, x: torch.Tensor) -> torch.Tensor:
-        return x.float().clamp(-CLIP_NORMALISED, CLIP_NORMALISED) * self.std32 + self.mean32
 
 
 def run_bare_ppo(env, work: Work, row: Row, *, on_update: Callable[[], None]) -> dict[str, Any]:
@@ -79,7 +43,8 @@ def run_bare_ppo(env, work: Work, row: Row, *, on_update: Callable[[], None]) ->
         "rewards": torch.empty(steps, envs, 1, device=device),
         "dones": torch.empty(steps, envs, 1, dtype=torch.bool, device=device),
     }
-    observation_moments, value_moments = RunningMoments(observation_size, device), RunningMoments(1, device)
+    # skrl's running scalers, as the frameworks' (clip 5); trained once an update, on the whole rollout
+    observation_scaler, value_scaler = StandardScaler(observation_size, device=device), StandardScaler(1, device=device)
 
     def autocast():
         return torch.autocast(device_type=device.type, enabled=row.mixed_precision)
@@ -91,30 +56,36 @@ def run_bare_ppo(env, work: Work, row: Row, *, on_update: Callable[[], None]) ->
             std = log_std.exp()
             for t in range(steps):
                 with autocast():
-                    mean, value = net(observation_moments.normalise(observations))
+                    mean, value = net(observation_scaler(observations))
                 noise = torch.randn_like(mean, dtype=torch.float32)
                 actions = mean.float() + noise * std
                 next_observations, rewards, terminated, truncated, _ = env.step(actions)
                 rollout["observations"][t] = observations
                 rollout["actions"][t] = actions
                 rollout["log_prob"][t] = (-0.5 * noise.square() - log_std - LOG_SQRT_2PI).sum(-1, keepdim=True)
-                rollout["values"][t] = value_moments.denormalise(value)
+                rollout["values"][t] = value_scaler(value.float(), inverse=True)
                 rollout["rewards"][t] = rewards.view(envs, 1) * work.rewards_scale
                 torch.logical_or(terminated.view(envs, 1), truncated.view(envs, 1), out=rollout["dones"][t])
                 observations = next_observations
             with autocast():
-                _, last_values = net(observation_moments.normalise(observations))
+                _, last_values = net(observation_scaler(observations))
             values = rollout["values"]
-            returns, advantages = _gae(rollout, value_moments.denormalise(last_values), work)
-            observation_moments.update(rollout["observations"])
-            value_moments.update(returns)
+            returns, advantages = compute_gae(
+                rewards=rollout["rewards"],
+                dones=rollout["dones"],
+                values=values,
+                last_values=value_scaler(last_values.float(), inverse=True),
+                discount_factor=work.discount_factor,
+                gae_lambda=work.gae_lambda,
+            )
             samples = steps * envs
-            inputs = observation_moments.normalise(rollout["observations"].reshape(samples, -1))
+            inputs = observation_scaler(rollout["observations"], train=True).reshape(samples, -1)
+            value_scaler(returns, train=True)
             scalars = torch.stack(
                 [
                     rollout["log_prob"].flatten(),
-                    value_moments.normalise(values).flatten(),
-                    value_moments.normalise(returns).flatten(),
+                    value_scaler(values).flatten(),
+                    value_scaler(returns).flatten(),
                     advantages.flatten(),
                 ]
             )
@@ -141,18 +112,3 @@ def run_bare_ppo(env, work: Work, row: Row, *, on_update: Callable[[], None]) ->
                 clip_and_step(optimizer, parameters, work.grad_norm_clip)
         on_update()
     return {"fused_adam": choices.fused_adam, "kernels": kernels_info(choices.as_dict(), choices.sources)}
-
-
-def _gae(rollout: dict[str, torch.Tensor], last_values: torch.Tensor, work: Work) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns and standardised advantages (GAE), an episode end cutting the recursion after its step."""
-    rewards, values, continues = rollout["rewards"], rollout["values"], rollout["dones"].logical_not()
-    advantages = torch.empty_like(rewards)
-    advantage = torch.zeros_like(last_values)
-    next_values = last_values
-    for t in reversed(range(rewards.shape[0])):
-        delta = rewards[t] + work.discount_factor * continues[t] * next_values - values[t]
-        advantage = delta + work.discount_factor * work.gae_lambda * continues[t] * advantage
-        advantages[t] = advantage
-        next_values = values[t]
-    returns = advantages + values
-    return returns, (advantages - advantages.mean()) / (advantages.std() + 1e-8)

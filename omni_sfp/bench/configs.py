@@ -282,7 +282,7 @@ UNALIGNED: dict[str, list[str]] = {
     "bare": [
         "PPO in straight-line torch (bench/bare_ppo.py): the floor's network and CPU choices, plus everything the "
         "floor leaves out, each the cheapest way: the env, Gaussian sampling and log-probabilities, the rollout in "
-        "preallocated tensors, observation and value normalisers updated once an update from the whole rollout "
+        "preallocated tensors, skrl's observation and value scalers trained once an update on the whole rollout "
         "(the frameworks: every minibatch of the first epoch), GAE, one permutation and one gather an epoch, "
         "PPO's clipped policy and value losses; no framework, bookkeeping, statistics or host reads. Its ratio "
         "to the floor is what PPO itself costs here; a framework's ratio to it is the framework's overhead",

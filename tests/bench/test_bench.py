@@ -367,26 +367,6 @@ def test_bare_ppo_does_the_rows_learning_steps_every_env_step_and_clips_every_mi
     assert info["kernels"]["choices"]["threads"] == torch.get_num_threads()
 
 
-def test_bare_ppos_normalisers_keep_skrls_running_statistics_and_normalise_as_it_does():
-    from skrl.resources.preprocessors.torch import RunningStandardScaler
-
-    from omni_sfp.bench.bare_ppo import RunningMoments
-
-    scale = torch.tensor([1.0, 2.0, 0.5, 3.0])
-    batches = [torch.randn(50, 4) * scale + 7 for _ in range(3)]
-    moments = RunningMoments(4, torch.device("cpu"))
-    skrl = RunningStandardScaler(4, device="cpu")
-    for batch in batches:
-        moments.update(batch)
-        skrl(batch, train=True)
-    torch.testing.assert_close(moments.mean, skrl.running_mean)
-    torch.testing.assert_close(moments.variance, skrl.running_variance)
-    x = torch.randn(5, 4) * scale * 4 + 7  # some beyond the clip
-    torch.testing.assert_close(moments.normalise(x), skrl(x))
-    values = torch.randn(5, 4)
-    torch.testing.assert_close(moments.denormalise(values), skrl(values, inverse=True))
-
-
 @pytest.mark.slow
 def test_bare_ppo_learns_cartpole():
     """A reference row is only a reference if it trains: bare PPO on the cartpole preset's work balances the pole
