@@ -3,7 +3,7 @@ seeds: mean training return (last iterations) and SPS of each, the two sides tak
 (it takes minutes); docs/isaac-sim.md quotes its output. Run it in the Isaac Lab tier's venv, from the repository root:
 
     OMNI_SFP_ISAACLAB_TIER=1 <venv>/bin/python tests/isaaclab_tier/compare_with_skrl_runner.py \\
-        --num-envs 64 --iterations 50 --seeds 1 2 [--task Isaac-Cartpole-Camera-Direct --rollouts 32]
+        --num-envs 64 --iterations 50 --seeds 1 2 [--task Isaac-Cartpole-Camera-Direct --rollouts 32] [--repeats 3]
 
 Both sides: ``--task`` (default ``Isaac-Cartpole-Direct``) from its registered env config (Newton, CPU; cameras
 enabled for a camera task, as Isaac Lab's scripts' ``--enable_cameras``) with ``num_envs`` envs and
@@ -12,6 +12,10 @@ for ``iterations * agent.rollouts`` env steps (``--rollouts`` overrides the regi
 a slow task's iterations on 2 cores). Mean return: the mean undiscounted return of the episodes that
 finished in each iteration, averaged over the last ``--last`` iterations (omni_sfp's progress file for ours; the
 same bookkeeping around the env for skrl's). SPS: env steps over the training loop's wall time.
+
+``--repeats N`` runs each seed's pair N times, the side that goes first alternating from pair to pair, and reports
+each seed's median SPS: a 2-3% difference between the sides is within one pair's spread on 2 cores, and the runs
+are deterministic, so the returns repeat exactly and only the clock varies.
 """
 
 from __future__ import annotations
@@ -122,6 +126,11 @@ def mean_last(returns: list, last: int) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
+def median_sps(runs: list[dict]) -> dict:
+    """One side's runs of one seed as one: the first run's record (the returns repeat exactly) with the median SPS."""
+    return {**runs[0], "sps": statistics.median(run["sps"] for run in runs), "all_sps": [run["sps"] for run in runs]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", default=TASK)
@@ -130,6 +139,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--last", type=int, default=10, help="iterations averaged for the mean return")
+    parser.add_argument("--repeats", type=int, default=1, help="pairs of runs per seed (median SPS of each side)")
     parser.add_argument("--out", type=Path, default=None, help="also write every per-iteration return here (JSON)")
     parser.add_argument("--skrl-only", type=int, default=None, help=argparse.SUPPRESS)  # one skrl run, in-process
     args = parser.parse_args()
@@ -164,23 +174,31 @@ def main() -> None:
                     raise SystemExit(f"skrl's Runner failed: {child.stderr[-3000:]}")
                 return json.loads(child.stdout.strip().splitlines()[-1])
 
-            if index % 2 == 0:  # A B, then B A: a drift in the machine's speed falls on both sides alike
-                mine, theirs = run_ours(), run_theirs()
-            else:
-                theirs, mine = run_theirs(), run_ours()
+            pairs = []
+            for repeat in range(max(1, args.repeats)):
+                if (index + repeat) % 2 == 0:  # A B, then B A: a drift in the machine's speed falls on both sides
+                    pairs.append((run_ours(), run_theirs()))
+                else:
+                    theirs = run_theirs()
+                    pairs.append((run_ours(), theirs))
+            mine, theirs = (median_sps([pair[side] for pair in pairs]) for side in (0, 1))
             rows.append((seed, mine, theirs))
+            listed = ", ".join(f"{a['sps']:.0f}/{b['sps']:.0f}" for a, b in pairs)
+            each = f" (ours/skrl's, pair by pair: {listed})" if len(pairs) > 1 else ""
             print(
                 f"seed {seed}: omni_sfp mean return {mean_last(mine['returns'], args.last):.2f}, "
                 f"SPS {mine['sps']:.0f}, SFP cache hits {mine['cache_hits']} | skrl Runner mean return "
-                f"{mean_last(theirs['returns'], args.last):.2f}, SPS {theirs['sps']:.0f}",
+                f"{mean_last(theirs['returns'], args.last):.2f}, SPS {theirs['sps']:.0f}{each}",
                 flush=True,
             )
     if args.out is not None:
         runs = [{"seed": seed, "omni_sfp": mine, "skrl": theirs} for seed, mine, theirs in rows]
         args.out.write_text(json.dumps(runs))
     rollouts = f", {args.rollouts} rollouts" if args.rollouts else ""
+    repeats = f", median SPS of {args.repeats} pairs a seed" if args.repeats > 1 else ""
     print(
-        f"{args.task}, {args.num_envs} envs{rollouts}, {args.iterations} iterations, mean return over the last {args.last}:"
+        f"{args.task}, {args.num_envs} envs{rollouts}, {args.iterations} iterations{repeats}, "
+        f"mean return over the last {args.last}:"
     )
     for name, index in (("omni_sfp", 1), ("skrl Runner", 2)):
         means = [mean_last(row[index]["returns"], args.last) for row in rows]
