@@ -179,8 +179,8 @@ def main() -> None:
                 if (index + repeat) % 2 == 0:  # A B, then B A: a drift in the machine's speed falls on both sides
                     pairs.append((run_ours(), run_theirs()))
                 else:
-                    theirs = run_theirs()
-                    pairs.append((run_ours(), theirs))
+                    skrl_first = run_theirs()
+                    pairs.append((run_ours(), skrl_first))
             mine, theirs = (median_sps([pair[side] for pair in pairs]) for side in (0, 1))
             rows.append((seed, mine, theirs))
             listed = ", ".join(f"{a['sps']:.0f}/{b['sps']:.0f}" for a, b in pairs)
