@@ -4,8 +4,9 @@ The floor (omni_sfp/bench/floor.py) is the network work alone. A PPO run must al
 actions and their log-probabilities, keep the rollout, normalise observations and values, compute GAE, shuffle
 the minibatches and evaluate PPO's clipped losses. This row does all of that in straight-line torch: no
 framework, no model or memory classes, no per-call bookkeeping; skrl's running scalers, trained once an update on
-the whole rollout; the project's GAE (skrl's arithmetic); one gather per epoch. So its distance to the floor is what PPO itself costs on
-this machine, and a framework's distance to *it* is the framework's own overhead (docs/benchmarks.md, "The rows").
+the whole rollout; the project's GAE (skrl's arithmetic); one gather per epoch. So its distance to the floor is
+what PPO itself costs on this machine, and a framework's distance to *it* is the framework's own overhead
+(docs/benchmarks.md, "The rows").
 
 It trains the same network (the floor's :class:`~omni_sfp.bench.floor.FloorNet`, omni-sfp's trunk and heads),
 with the work's hyperparameters and the CPU choices omni-sfp's rows make, on the same env object as every row.
