@@ -250,8 +250,9 @@ def _run(argv: list[str]):
         refuse_sweeps(argv)
         cfg = load_config(argv)
         draw_seed(cfg)
-        if cfg.train.models.compile is not True:  # eager (or auto: eager first) traces nothing yet: skip
-            # torch._dynamo's import (~4 s); compile_policy.compile_trunk restores torch's guards if auto compiles
+        if cfg.train.models.compile is not True and cfg.train.capture is not True:
+            # eager (or auto: eager first) traces nothing yet: skip torch._dynamo's import (~4 s); compile_trunk and
+            # capture.compile_step restore torch's guards if auto compiles
             from omni_sfp.compute.coldstart import defer_dynamo_import
 
             defer_dynamo_import()
@@ -259,7 +260,7 @@ def _run(argv: list[str]):
         from omni_sfp.run.runner import Runner
 
         runner = Runner(cfg)
-        if cfg.train.models.compile is not True:
+        if cfg.train.models.compile is not True and cfg.train.capture is not True:
             from omni_sfp.compute.coldstart import eager_optimizer_step
 
             eager_optimizer_step(runner.agent.optimizer)
@@ -280,6 +281,7 @@ def _run(argv: list[str]):
         _print_outputs(runner)
         return Outcome(EXIT_OK, played_return=mean_return)
 
+    from omni_sfp.compute.capture import CaptureError
     from omni_sfp.ppo.agent import NonFiniteError
 
     main_process = runner.run_dir is not None
@@ -296,7 +298,7 @@ def _run(argv: list[str]):
 
     try:
         summary = runner.train()
-    except (CheckpointError, VideoError, WandbError) as error:
+    except (CheckpointError, VideoError, WandbError, CaptureError) as error:
         _error(error)
         return Outcome(EXIT_USAGE, run_dir=runner.run_dir)
     except NonFiniteError as error:  # every rank of a multi-process run says it; rank 0 knows the checkpoint

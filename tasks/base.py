@@ -2,7 +2,8 @@
 
 A step touches every environment with the same tensor operations: finished environments are reset with
 ``torch.where`` over freshly sampled initial states instead of gathering their indices, so a step never
-synchronises with the host (unless ``validate_actions`` checks for non-finite actions, one reduction).
+synchronises with the host (``validate_actions`` checks for non-finite actions on the CPU only, where reading
+one reduction back costs nothing).
 
 A step's info dict holds ``"final_observations"``: the observations before the reset, i.e. the last
 observation of every episode that ended in this step (elsewhere equal to the returned observations).
@@ -38,7 +39,9 @@ class VecTask(ABC):
     :param action_size: Length of an action vector.
     :param action_bound: The action space is ``[-action_bound, action_bound]`` per component (``inf``:
         unbounded); whether out-of-bound actions are clipped is each task's to say.
-    :param validate_actions: Check that actions are finite; costs one host synchronisation per step.
+    :param validate_actions: Check that actions are finite, on the CPU. Not on CUDA, where the check would cost a
+        host synchronisation per step: there non-finite actions show up in the next observations, which the
+        trainer checks at its update.
     """
 
     def __init__(
@@ -146,7 +149,7 @@ class VecTask(ABC):
             raise ValueError(f"actions must have shape {expected_shape}, got {tuple(actions.shape)}")
         if actions.device != self.device:
             raise ValueError(f"actions must be on the task's device {self.device}, got {actions.device}")
-        if self.validate_actions and not bool(torch.isfinite(actions).all()):
+        if self.validate_actions and actions.device.type == "cpu" and not bool(torch.isfinite(actions).all()):
             raise ValueError("actions contain NaN or infinite values")
         return actions.to(torch.float32)
 

@@ -31,7 +31,7 @@ class Cartpole(VecTask):
     :param max_effort: Force (N) applied by an action of 1; 10 N accelerates the 1.1 kg cart-pole at
         ~9 m/s^2, enough to catch the pole from any initial state.
     :param sim_dt: Physics substep (s); ``SUBSTEPS`` of them make a control step. 1/120 is OmniIsaacGymEnvs'.
-    :param validate_actions: Reject non-finite actions (one host synchronisation per step).
+    :param validate_actions: Reject non-finite actions (on the CPU; see tasks.base.VecTask).
     """
 
     GRAVITY = 9.81  # m/s^2

@@ -27,7 +27,7 @@ class ConstantCost(VecTask):
     :param max_episode_length: Steps per episode.
     :param substeps: ``tanh`` updates per step: the knob for the simulated work per step.
     :param system_seed: Seed of ``W``, ``V`` and ``a_target``.
-    :param validate_actions: Reject non-finite actions (one host synchronisation per step).
+    :param validate_actions: Reject non-finite actions (on the CPU; see tasks.base.VecTask).
     """
 
     RECURRENT_NORM = 0.9  # spectral norm of W (< 1): the update is a contraction, so s settles for a held action

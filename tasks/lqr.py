@@ -32,7 +32,7 @@ class LQR60x8(VecTask):
     :param action_cost: Weight of the action term of the cost.
     :param process_noise_std: Std of the Gaussian noise added to the state each step (0: deterministic).
     :param system_seed: Seed of ``A`` and ``B``.
-    :param validate_actions: Reject non-finite actions (one host synchronisation per step).
+    :param validate_actions: Reject non-finite actions (on the CPU; see tasks.base.VecTask).
     :param horizon_is_terminal: Report the end of the horizon as terminated instead of truncated.
     """
 

@@ -23,7 +23,8 @@ from skrl.agents.torch.ppo.ppo import compute_gae as skrl_compute_gae
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
-from omni_sfp.ppo.agent import SFPPPO, bounds_loss, compute_gae, soft_action_bounds
+from omni_sfp.ppo.agent import SFPPPO, compute_gae, soft_action_bounds
+from omni_sfp.ppo.step import bounds_loss
 from omni_sfp.sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 
 UNITS = (16, 16)
@@ -97,7 +98,7 @@ def test_our_update_is_skrls_bit_for_bit(kind, gather, monkeypatch):
     import omni_sfp.ppo.agent
 
     if gather == "per minibatch":
-        monkeypatch.setattr(omni_sfp.ppo.agent, "PER_MINIBATCH_GATHER_BYTES", 0)
+        monkeypatch.setattr(omni_sfp.ppo.minibatches, "PER_MINIBATCH_GATHER_BYTES", 0)
     models = make_models(kind)
     skrl_agent, skrl_tracked = train(PPO, copy.deepcopy(models), updates=3)
     ours, our_tracked = train(SFPPPO, copy.deepcopy(models), updates=3)

@@ -1,5 +1,5 @@
-"""``train.models.compile``: true, false or auto; auto's decision (hand-made costs, each side of the pay-back line),
-and the runner deciding after its first eager iterations, then training on compiled."""
+"""``train.models.compile`` and ``train.capture``: true, false or auto; auto's decision (hand-made costs, each side
+of the pay-back line), and the runner deciding after its first eager iterations, then training on compiled."""
 
 import os
 import shutil
@@ -7,8 +7,16 @@ import shutil
 import pytest
 import torch
 from gymnasium.spaces import Box
+from omegaconf import OmegaConf
 
-from omni_sfp.compute.compile_policy import MEASURED, CompileCost, compile_trunk, decide_compile, is_compiled
+from omni_sfp.compute.compile_policy import (
+    CAPTURE_COSTS,
+    MEASURED,
+    CompileCost,
+    compile_trunk,
+    decide_compile,
+    is_compiled,
+)
 from omni_sfp.config import schema
 from omni_sfp.ppo.loop import Progress
 from omni_sfp.run.compose import ConfigError, load_config
@@ -92,7 +100,10 @@ def test_other_values_are_one_line_naming_what_is_allowed(text, shown):
 
 # ---- the runner: auto decides after the first eager iterations ---------------------------------------------------
 def runner_for(tmp_path, *overrides):
-    return Runner(load_config(["device=cpu", f"runs_dir={tmp_path}", *overrides]), disable_progressbar=True)
+    """A runner whose trunk compile decides (train.capture=false: nothing captures the step, which would compile the
+    trunk with it)."""
+    config = ["device=cpu", f"runs_dir={tmp_path}", "train.capture=false", *overrides]
+    return Runner(load_config(config), disable_progressbar=True)
 
 
 def progress(iteration, seconds):
@@ -232,3 +243,53 @@ def test_auto_stays_eager_on_cpu_without_a_cpp_compiler(monkeypatch):
         "auto", iterations_left=10**6, iteration_s=9.0, device_type="cuda", mixed_precision=True, cost=COST
     )
     assert cuda.compile  # on CUDA inductor writes Triton kernels: no host compiler question
+
+
+# -- train.capture=auto: the same measured switch over the whole minibatch step -------------------------------------
+def capture_runner(tmp_path, *overrides):
+    return Runner(load_config(["device=cpu", f"runs_dir={tmp_path}", *overrides]), disable_progressbar=True)
+
+
+def saved_capture(runner) -> object:
+    return OmegaConf.load(runner.run_dir / "config.yaml").train.capture
+
+
+def test_the_default_run_decides_its_capture_after_two_iterations_says_why_and_keeps_it_in_config_yaml(
+    tmp_path, capsys
+):
+    runner = capture_runner(tmp_path, "max_iterations=3")
+    assert runner.learner.tune is runner.auto_capture and runner.auto_compile is None
+    assert saved_capture(runner) == "auto"
+    runner.train()
+    lines = [line for line in capsys.readouterr().out.splitlines() if "train.capture" in line]
+    assert len(lines) == 1 and lines[0].startswith("[omni_sfp] iteration 2: train.capture=auto: eager, "), lines
+    assert runner.agent.capture == "off" and saved_capture(runner) is False
+
+
+@pytest.mark.parametrize(("captured_s", "kept"), [(0.80, True), (0.97, False)])
+def test_auto_captures_when_it_pays_and_keeps_it_only_when_measured_faster(
+    tmp_path, capsys, monkeypatch, captured_s, kept
+):
+    monkeypatch.setitem(CAPTURE_COSTS, ("cpu", False), COST)
+    runner = capture_runner(tmp_path, "max_iterations=302")
+    tune = runner.learner.tune
+    tune(progress(1, 9.0))
+    tune(progress(2, 1.0))  # 300 x 1 s x 10% = 30 s > 20 s
+    assert tune.decision.compile and runner.agent.capture == "compile"
+    assert "train.capture=auto: compiling, 300 iterations x 1.00 s x 10.0% saved" in capsys.readouterr().out
+    tune(progress(3, 25.0))  # pays the compile
+    tune(progress(4, captured_s))
+    assert tune.kept is kept and runner.agent.capture == ("compile" if kept else "off")
+    assert ("captured step kept" if kept else "back to eager") in capsys.readouterr().out
+    assert saved_capture(runner) is kept
+
+
+def test_a_step_that_cannot_be_captured_leaves_auto_to_the_trunk_compile(tmp_path):
+    runner = capture_runner(tmp_path, "max_iterations=3", "train.ppo.kl_threshold=0.05")
+    assert runner.auto_capture is None and runner.learner.tune is runner.auto_compile
+
+
+def test_true_captures_before_training_and_false_never_decides(tmp_path):
+    assert capture_runner(tmp_path, "max_iterations=3", "train.capture=true").agent.capture == "compile"
+    runner = capture_runner(tmp_path, "max_iterations=3", "train.capture=false")
+    assert runner.agent.capture == "off" and runner.auto_capture is None

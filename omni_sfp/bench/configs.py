@@ -35,6 +35,8 @@ class Work:
     grad_norm_clip: float = 1.0  # rl_games truncate_grads + grad_norm
     rewards_scale: float = 0.1  # rl_games reward_shaper.scale_value, omni-sfp train.ppo.rewards_scale
     task: str = "ConstantCost"  # the embedded task every row trains on (ConstantCost: fixed work per step)
+    observation_size: int = 60  # ConstantCost's observation and action sizes (60 and 8: Ant's)
+    action_size: int = 8
 
     @property
     def batch_size(self) -> int:
@@ -120,6 +122,25 @@ PRESETS: dict[str, tuple[Work, int]] = {
         ),
         3,
     ),
+    # Isaac Lab's Humanoid as its skrl config trains it (Isaac-Humanoid-Direct: [400, 200, 100], 87 observations,
+    # 21 actions, 4096 envs, 32 rollouts, 5 epochs x 4 minibatches), on the embedded ConstantCost: a small network
+    # over many minibatches, where the host's work per minibatch is what a GPU waits on. For a GPU; on a CPU the
+    # same network and per-update shape with 256 envs (CPU_SIZED).
+    "isaaclab": (
+        Work(
+            units=(400, 200, 100),
+            num_envs=4096,
+            horizon=32,
+            updates=20,
+            warmup_updates=1,
+            epochs=5,
+            minibatch_size=32768,
+            episode_length=1000,
+            observation_size=87,
+            action_size=21,
+        ),
+        3,
+    ),
     # Tiny: every row end to end in seconds (tests, smoke runs); the numbers mean nothing.
     "quick": (
         Work(
@@ -137,6 +158,20 @@ PRESETS: dict[str, tuple[Work, int]] = {
 }
 
 
+# Presets sized for a GPU, scaled down where the run is on a CPU (the same network and per-update shape)
+CPU_SIZED: dict[str, Work] = {
+    "isaaclab": PRESETS["isaaclab"][0].replace(num_envs=256, minibatch_size=2048, updates=3),
+}
+
+
+def preset_work(name: str, device_type: str) -> tuple[Work, int]:
+    """The work and default repetitions of preset ``name`` on a ``device_type`` run."""
+    work, repetitions = PRESETS[name]
+    if device_type != "cuda" and name in CPU_SIZED:
+        work = CPU_SIZED[name]
+    return work, repetitions
+
+
 @dataclass(frozen=True)
 class Row:
     """One configuration of the table."""
@@ -147,6 +182,7 @@ class Row:
     single_forward_pass: bool
     time_limit_bootstrap: bool
     compile: bool = False  # omni-sfp: train.models.compile (the trunk through torch.compile)
+    capture: bool = False  # omni-sfp: train.capture (the minibatch step compiled, in a CUDA graph on CUDA)
 
     @property
     def precision(self) -> str:
@@ -172,6 +208,8 @@ class Row:
             parts.append("+ bootstrap")
         if self.compile:
             parts.append("torch.compile")
+        if self.capture:
+            parts.append("captured")
         return ", ".join(parts)
 
 
@@ -198,6 +236,8 @@ def _rows() -> dict[str, Row]:
             for p in ("fp32", "mixed"):
                 rows.append(Row(f"{name}-{p}{'-tlb' if tlb else ''}", framework, p == "mixed", sfp, tlb))
     rows += [Row(f"omni-sfp-{p}-compiled", "omni", p == "mixed", True, False, compile=True) for p in ("fp32", "mixed")]
+    for name, sfp in (("omni-double", False), ("omni-sfp", True)):
+        rows += [Row(f"{name}-{p}-captured", "omni", p == "mixed", sfp, False, capture=True) for p in ("fp32", "mixed")]
     rows += [Row(f"bare-ppo-{p}", "bare", p == "mixed", True, False) for p in ("fp32", "mixed")]
     rows += [Row(f"floor-{p}", "floor", p == "mixed", True, False) for p in ("fp32", "mixed")]
     rows += [Row(f"ceiling-{p}", "ceiling", p == "mixed", True, False) for p in ("fp32", "mixed")]
@@ -206,10 +246,12 @@ def _rows() -> dict[str, Row]:
 
 ROWS: dict[str, Row] = _rows()
 # The default table: everything but the double pass with bootstrap (its cost is the double pass plus one more
-# forward per step, which says nothing new) and the compiled rows (their first update compiles: tens of
-# seconds on a CPU); ``--rows all`` adds them.
+# forward per step, which says nothing new) and the compiled and captured rows (their first update compiles: tens
+# of seconds on a CPU); ``--rows all`` adds them.
 DEFAULT_ROWS: tuple[str, ...] = tuple(
-    r for r in ROWS if not (r.startswith("omni-double") and r.endswith("-tlb")) and not r.endswith("-compiled")
+    r
+    for r in ROWS
+    if not (r.startswith("omni-double") and r.endswith("-tlb")) and not r.endswith(("-compiled", "-captured"))
 )
 
 

@@ -50,6 +50,11 @@ def make_bench_env(work: Work, *, device: str | torch.device, seed: int, replay:
         num_envs=work.num_envs,
         device=device,
         seed=seed,
-        task_cfg={"max_episode_length": work.episode_length, "validate_actions": False},
+        task_cfg={
+            "max_episode_length": work.episode_length,
+            "validate_actions": False,
+            "observation_size": work.observation_size,
+            "action_size": work.action_size,
+        },
     )
     return StaggeredStart(env._env)

@@ -1,61 +1,84 @@
-"""``python -m omni_sfp.bench.gpu``: the one prepared run for a lent GPU (issue 14, item 5).
+"""``python -m omni_sfp.bench.gpu``: the one prepared run for a lent GPU, sized to fit 10 minutes.
 
-It times the reference preset (the reference table's 4096 envs and 3840 steps) for rl_games fp32 / mixed and
-omni-sfp double pass / SFP fp32 / mixed, with the floor and GEMM-ceiling rows, interleaved; runs the tests'
-CUDA paths first (``pytest tests/test_cuda.py`` unless ``--tests`` says otherwise); and writes both, with the GPU named, into
-``docs/benchmarks.md`` between the ``gpu-table`` markers (the rest of the file is left as it is). Device
-time is scarce: ``--updates`` and ``--repetitions`` size the run (the defaults fit about 10 minutes on one
-recent GPU). ``--device cpu --quick`` runs the same script end to end on a CPU in a minute, which is how it
-stays tested without a GPU. Bad arguments: one line, exit code 2.
+In order, each part written to ``--out`` as soon as it ends (a run cut short keeps what it finished):
+
+1. the CUDA tests (``tests/test_cuda.py``: the cache, mixed precision, the captured step against the eager one);
+2. one eager and one captured update under ``torch.profiler``: per minibatch, kernel time against wall time;
+3. the reference preset (the big network, 4096 envs) and 4. the isaaclab preset (Isaac Lab's Humanoid sizes),
+   interleaved rows, each run in a fresh process.
+
+It writes ``gpu.md`` (and ``gpu.json``) in ``--out``; docs/benchmarks.md links the committed copy,
+``docs/results/gpu.md``. ``--budget`` bounds the whole run: no timed run starts after it. ``--device cpu --quick``
+runs the same script end to end on a CPU in a few minutes, which is how CI keeps it working. Bad arguments: one
+line, exit code 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import datetime
 import importlib.util
+import json
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from omni_sfp.bench.__main__ import Parser, _meta, _positive
-from omni_sfp.bench.configs import PRESETS, select_rows
-
-ROWS = (
-    "rlgames-fp32",
-    "rlgames-mixed",
-    "omni-double-fp32",
-    "omni-double-mixed",
-    "omni-sfp-fp32",
+EXIT_USAGE = 2
+ROOT = Path(__file__).resolve().parents[2]
+# the rows of each preset: what the captured step changes, against rl_games and the floor (sized for the budget)
+REFERENCE_ROWS = (
+    "omni-sfp-mixed-captured",
+    "omni-double-mixed-captured",
+    "omni-sfp-fp32-captured",
+    "omni-double-fp32-captured",
     "omni-sfp-mixed",
-    "floor-fp32",
+    "rlgames-mixed",
     "floor-mixed",
-    "ceiling-fp32",
-    "ceiling-mixed",
+    "floor-fp32",
 )
-START, END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
-DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+ISAACLAB_ROWS = (
+    "omni-sfp-mixed-captured",
+    "omni-sfp-fp32-captured",
+    "omni-sfp-mixed",
+    "omni-double-mixed-captured",
+    "rlgames-mixed",
+    "rlgames-fp32",
+    "skrl-sfp-mixed",
+    "bare-ppo-mixed",
+    "floor-mixed",
+)
+QUICK_ROWS = ("omni-sfp-fp32-captured", "omni-sfp-fp32", "floor-fp32")  # a dry run: every kind of row, seconds each
 
 
-class GPUParser(Parser):
-    name = "omni_sfp.bench.gpu"
+class GPUParser(argparse.ArgumentParser):
+    """argparse with one-line errors, as ``omni_sfp.train`` reports them."""
+
+    def error(self, message: str):
+        print(f"omni_sfp.bench.gpu: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
 
 
-def build_parser() -> Parser:
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def build_parser() -> GPUParser:
     parser = GPUParser(prog="python -m omni_sfp.bench.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--quick", action="store_true", help="the quick preset instead of the reference one")
-    parser.add_argument("--updates", type=_positive, help="timed updates per run (reference preset: 240 = 3840 steps)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and three rows a preset: a dry run")
+    parser.add_argument("--updates", type=_positive, help="timed updates per run (default: 20 reference, 10 isaaclab)")
     parser.add_argument("--repetitions", type=_positive, default=1, help="interleaved runs per row (default 1)")
-    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated row ids (default: issue 14's set)")
-    parser.add_argument(
-        "--tests", default="tests/test_cuda.py", help="pytest arguments selecting the tests to run; '' for none"
-    )
-    parser.add_argument("--doc", type=Path, default=DOC, help="the markdown file whose gpu-table section is rewritten")
-    parser.add_argument("--out", default="bench_results", help="folder for the JSON, markdown and PNG outputs")
+    parser.add_argument("--budget", type=_positive, default=540, help="seconds after which no timed run starts")
+    parser.add_argument("--tests", default="tests/test_cuda.py", help="pytest arguments for part 1; '' for none")
+    parser.add_argument("--parts", default="tests,profile,reference,isaaclab", help="which parts to run, in order")
+    parser.add_argument("--out", default="bench_results/gpu", help="folder for gpu.md and gpu.json")
     return parser
 
 
@@ -64,7 +87,7 @@ def device_name(device: str) -> str:
 
     if device == "cuda":
         return (
-            f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}, driver capability "
+            f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}, compute capability "
             f"{'.'.join(map(str, torch.cuda.get_device_capability(0)))})"
         )
     return "no GPU: a CPU dry run of the script (--device cpu)"
@@ -74,9 +97,8 @@ def run_tests(arguments: str) -> tuple[int, str]:
     """The selected tests in a fresh pytest process; returns its exit code and its summary line."""
     if not arguments.strip():
         return 0, "no tests selected (--tests '')"
-    root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *shlex.split(arguments)]
-    completed = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     print(completed.stdout + completed.stderr, file=sys.stderr, flush=True)  # the whole verdict in the run's log
     lines = [line for line in completed.stdout.splitlines() if line.strip()]
     summary = lines[-1].strip("= ") if lines else f"pytest printed nothing (exit {completed.returncode})"
@@ -85,82 +107,50 @@ def run_tests(arguments: str) -> tuple[int, str]:
     return completed.returncode, f"`pytest {arguments}`: {summary}"
 
 
-def section(report_markdown: str, meta: dict, gpu: str, tests: str) -> str:
-    """The text between the markers: when, where, the test result and the bench's own table."""
-    body = report_markdown.split("\n", 1)[1].strip()  # the bench's title line gives way to ours
-    return "\n".join(
-        [
-            START,
-            f"### GPU run: {gpu}, {meta['date']}",
-            "",
-            f"Written by `{meta['gpu_command']}`. Tests: {tests}.",
-            "",
-            body,
-            END,
-        ]
-    )
+class Results:
+    """The run's results file, rewritten after every part."""
+
+    def __init__(self, out: Path, header: list[str]) -> None:
+        self.out, self.header, self.sections, self.data = out, header, [], {}
+        out.mkdir(parents=True, exist_ok=True)
+
+    def add(self, title: str, text: str, data) -> None:
+        self.sections.append(f"## {title}\n\n{text.strip()}\n")
+        self.data[title] = data
+        (self.out / "gpu.md").write_text("\n".join(self.header) + "\n\n" + "\n".join(self.sections))
+        (self.out / "gpu.json").write_text(json.dumps(self.data, indent=2, default=str))
 
 
-def write_section(doc: Path, text: str) -> None:
-    """Replace the marked section of ``doc`` (appended at the end the first time), atomically."""
-    current = doc.read_text() if doc.is_file() else ""
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        updated = head + text + rest.split(END, 1)[1]
-    else:
-        updated = current.rstrip("\n") + "\n\n" + text + "\n"
-    temporary = doc.with_suffix(doc.suffix + ".tmp")
-    temporary.write_text(updated)
-    os.replace(temporary, doc)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: CUDA is not available on this machine (use --device cpu --quick for a dry run)")
-    preset = "quick" if args.quick else "reference"
-    work = PRESETS[preset][0].replace(updates=args.updates)
-    try:
-        rows = select_rows(args.rows)
-        work.check()
-    except ValueError as error:
-        parser.error(str(error))
-    if any(row.framework == "rlgames" for row in rows) and importlib.util.find_spec("rl_games") is None:
-        parser.error("rl_games is not installed: pip install 'omni-sfp[bench]', or leave its rows out (--rows)")
+def _preset_table(preset: str, row_ids, args, device: str, threads: int, deadline: float, log) -> tuple[str, dict]:
     from omni_sfp.bench import report as report_mod
-    from omni_sfp.bench.timing import WorkerError, run_interleaved
+    from omni_sfp.bench.__main__ import _meta
+    from omni_sfp.bench.configs import ROWS, preset_work
+    from omni_sfp.bench.timing import run_interleaved
 
-    threads = len(os.sched_getaffinity(0))
-    meta = _meta(args.device, threads, argv)
-    meta["gpu_command"] = shlex.join(["python", "-m", "omni_sfp.bench.gpu", *argv])
-    meta["env"] = f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
+    work, _ = preset_work("quick" if args.quick else preset, device)
+    work = work.replace(updates=args.updates or (10 if preset == "isaaclab" else 20))
+    rows = [ROWS[r] for r in (QUICK_ROWS if args.quick else row_ids)]
+    if importlib.util.find_spec("rl_games") is None:
+        rows = [row for row in rows if row.framework != "rlgames"]
+    meta = _meta(device, threads, sys.argv[1:])
     meta["load_before"] = os.getloadavg()[0]
-    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    # the tests first: on a lease their verdict is the scarcer result, and a timed part cut short keeps it
-    code, tests = run_tests(args.tests)
-    log(f"[bench] tests: {tests}")
+    meta["env"] = f"ConstantCost (fixed work per step), {work.episode_length}-step episodes with staggered starts"
     with tempfile.TemporaryDirectory(prefix="omni_sfp_gpu_") as scratch:
-        try:
-            runs = run_interleaved(
-                rows,
-                work,
-                repetitions=args.repetitions,
-                log=log,
-                device=args.device,
-                seed=0,
-                threads=threads,
-                replay=None,
-                rlgames_compile=False,
-                scratch=Path(scratch),
-            )
-        except WorkerError as error:
-            print(f"omni_sfp.bench.gpu: error: {error}", file=sys.stderr)
-            return 1
+        runs = run_interleaved(
+            rows,
+            work,
+            repetitions=args.repetitions,
+            log=log,
+            deadline=deadline,
+            device=device,
+            seed=0,
+            threads=threads,
+            replay=None,
+            rlgames_compile=preset == "isaaclab",  # rl_games' default: its model compiled
+            scratch=Path(scratch),
+        )
     meta["load_after"] = os.getloadavg()[0]
+    rows = [row for row in rows if row.id in runs]
     entries = report_mod.summarize(rows, runs, work)
     report = {
         "preset": preset,
@@ -170,10 +160,67 @@ def main(argv: list[str] | None = None) -> int:
         "rows": entries,
         "targets": report_mod.targets(entries, work),
     }
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    paths = report_mod.save(report, Path(args.out) / f"bench-gpu-{preset}-{stamp}")
-    write_section(args.doc, section(report_mod.markdown(report), meta, device_name(args.device), tests))
-    log(f"[bench] wrote {', '.join(map(str, paths))} and the gpu-table section of {args.doc}; tests: {tests}")
+    body = report_mod.markdown(report).split("\n", 1)[1].strip()  # its title gives way to the section's
+    return body, report
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = sorted(set(parts) - {"tests", "profile", "reference", "isaaclab"})
+    if unknown:
+        parser.error(f"--parts: unknown part {', '.join(unknown)}; parts: tests, profile, reference, isaaclab")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available on this machine (use --device cpu --quick for a dry run)")
+    started = time.monotonic()
+    deadline = started + args.budget
+    threads = len(os.sched_getaffinity(0))
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    import datetime
+
+    from omni_sfp.bench.configs import preset_work
+
+    results = Results(
+        Path(args.out),
+        [
+            f"# GPU run: {device_name(args.device)}, {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
+            "",
+            f"Written by `{shlex.join(['python', '-m', 'omni_sfp.bench.gpu', *argv])}`; torch {torch.__version__}.",
+        ],
+    )
+    code = 0
+    for part in parts:
+        begun = time.monotonic()
+        if part == "tests":
+            code, summary = run_tests(args.tests)
+            results.add("Tests", summary, {"exit": code, "summary": summary})
+        elif part == "profile":
+            from omni_sfp.bench import profile
+
+            work = preset_work("quick" if args.quick else "reference", args.device)[0]
+            found = [
+                profile.profile_update(work, device=args.device, mixed_precision=mixed, captured=captured)
+                for mixed in ((False,) if args.quick else (True, False))
+                for captured in (False, True)
+            ]
+            results.add("One update under torch.profiler (reference preset)", profile.markdown(found), found)
+        else:
+            body, report = _preset_table(
+                part,
+                REFERENCE_ROWS if part == "reference" else ISAACLAB_ROWS,
+                args,
+                args.device,
+                threads,
+                deadline,
+                log,
+            )
+            results.add(f"The {part} preset", body, report)
+        log(f"[bench.gpu] {part}: {time.monotonic() - begun:.0f} s")
+    log(f"[bench.gpu] wrote {Path(args.out) / 'gpu.md'} in {time.monotonic() - started:.0f} s")
     return 1 if code else 0
 
 

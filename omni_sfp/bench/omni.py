@@ -34,6 +34,7 @@ def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
             f"train.models.units=[{','.join(map(str, work.units))}]",
             f"train.models.activation={work.activation}",
             f"train.models.compile={_flag(row.compile)}",
+            f"train.capture={_flag(row.capture)}",
             f"train.mixed_precision={_flag(row.mixed_precision)}",
             "train.sfp.enabled=true",
             f"train.sfp.cache_check={'auto' if row.single_forward_pass else 'off'}",
@@ -60,18 +61,27 @@ def omni_config(work: Work, row: Row, *, device: str, seed: int) -> DictConfig:
     )
 
 
-def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Callable[[], None]) -> dict[str, Any]:
-    """Train ``work.total_updates`` updates with omni-sfp on ``env``; ``on_update`` after each."""
+def build_omni(env, work: Work, row: Row, *, device: str, seed: int):
+    """The agent of a row, as the Runner builds it (its CPU choices applied); returns it with the choices."""
     cfg = omni_config(work, row, device=device, seed=seed)
     torch_device = resolve_device(cfg.device)
     choices = apply_config(cfg, torch_device)  # as the Runner does: measured once per CPU kind, then cached
     models = build_models(cfg, env, torch_device)
     agent = build_agent(cfg, env, models, torch_device, run_dir=None)
+    if row.capture:  # as the Runner does with train.capture=true
+        agent.set_capture("graph" if torch_device.type == "cuda" else "compile")
+    return agent, choices
+
+
+def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Callable[[], None]) -> dict[str, Any]:
+    """Train ``work.total_updates`` updates with omni-sfp on ``env``; ``on_update`` after each."""
+    agent, choices = build_omni(env, work, row, device=device, seed=seed)
     Learner(env, agent, iterations=work.total_updates, log=lambda progress, losses: on_update()).learn()
     # fused Adam: train.ppo.fused_optimizer, where present
     info = {
         "fused_adam": bool(agent.optimizer.defaults.get("fused")),
         "torch_compile": row.compile,
+        "capture": agent.capture,
         "kernels": kernels_info(choices.as_dict(), choices.sources),
     }
     if row.single_forward_pass:

@@ -102,6 +102,19 @@ def targets(entries: list[dict[str, Any]], work: Work) -> list[dict[str, Any]]:
         )
     for p, limit in (("fp32", 1.02), ("mixed", 1.03)):
         wanted.append((f"omni-sfp vs compute floor, {p} (issue 14)", f"omni-sfp-{p}", f"floor-{p}", "<=", limit))
+    # the captured step, GPU-sized presets (reference: big network; isaaclab: Humanoid's sizes)
+    for p, limit in (("fp32", 1.9), ("mixed", 1.5)):
+        wanted.append(
+            (
+                f"SFP speedup over double pass, both captured, {p}",
+                f"omni-double-{p}-captured",
+                f"omni-sfp-{p}-captured",
+                ">=",
+                limit,
+            )
+        )
+        wanted.append((f"omni-sfp captured vs rl_games, {p}", f"omni-sfp-{p}-captured", f"rlgames-{p}", "<=", 0.5))
+    wanted.append(("omni-sfp captured vs compute floor, mixed", "omni-sfp-mixed-captured", "floor-mixed", "<=", 1.5))
     found = [
         _target(name, f"{numerator} / {denominator}", ratio(median.get(numerator), median.get(denominator)), op, limit)
         for name, numerator, denominator, op, limit in wanted
@@ -121,14 +134,15 @@ def targets(entries: list[dict[str, Any]], work: Work) -> list[dict[str, Any]]:
 
 
 def compile_payback(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per compiled row with its eager twin in the table: what compiling costs once (the difference of their
+    """Per compiled or captured row with its eager twin in the table: what compiling costs once (the difference of their
     first updates, which include building and first calls) and saves per update, and after how many updates
     it has paid back (the number ``omni_sfp.compute.compile_policy`` decides with)."""
     by_id = {e["id"]: e for e in entries}
     found = []
     for entry in entries:
-        eager = by_id.get(entry["id"].removesuffix("-compiled"))
-        if not entry["id"].endswith("-compiled") or eager is None or "first_update_s" not in entry:
+        suffix = next((s for s in ("-compiled", "-captured") if entry["id"].endswith(s)), None)
+        eager = by_id.get(entry["id"].removesuffix(suffix)) if suffix else None
+        if eager is None or "first_update_s" not in entry:
             continue
         compile_s = entry["first_update_s"]["median"] - eager["first_update_s"]["median"]
         saved_s = eager["update_s"]["median"] - entry["update_s"]["median"]
@@ -185,6 +199,9 @@ def _notes(entry: dict[str, Any]) -> str:
         notes.append("fused Adam")
     if any(info.get("torch_compile") for info in entry["info"]):
         notes.append("torch.compile")
+    captured = {info["capture"] for info in entry["info"] if info.get("capture", "off") != "off"}
+    if captured:
+        notes.append(f"captured step ({', '.join(sorted(captured))})")
     return "; ".join(notes)
 
 
@@ -200,7 +217,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"- versions: python {meta['python']}, torch {meta['torch']}, skrl {meta['skrl']}, rl_games {meta['rl_games']}",
         f"- command: `{meta['command']}`",
         f"- env: {meta['env']}",
-        f"- work per run: network {list(work['units'])}, {work['num_envs']} envs, horizon {work['horizon']}, "
+        f"- work per run: network {list(work['units'])}, {work.get('observation_size', 60)} observations, "
+        f"{work.get('action_size', 8)} actions, {work['num_envs']} envs, horizon {work['horizon']}, "
         f"{work['updates']} timed PPO updates (+{work['warmup_updates']} warm-up) = "
         f"{work['updates'] * work['num_envs'] * work['horizon']} env steps, {work['epochs']} mini-epochs x "
         f"{work['num_envs'] * work['horizon'] // work['minibatch_size']} minibatches of {work['minibatch_size']}, "

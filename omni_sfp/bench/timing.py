@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,12 +74,22 @@ def run_worker(
 
 
 def run_interleaved(
-    rows: list[Row], work: Work, *, repetitions: int, log: Callable[[str], None], **worker_kwargs
+    rows: list[Row],
+    work: Work,
+    *,
+    repetitions: int,
+    log: Callable[[str], None],
+    deadline: float | None = None,
+    **worker_kwargs,
 ) -> dict[str, list[dict[str, Any]]]:
-    """``repetitions`` rounds over ``rows`` in order; returns each row's results in round order."""
+    """``repetitions`` rounds over ``rows`` in order; returns each row's results in round order. With a
+    ``deadline`` (``time.monotonic()``), no run starts after it: rows cut short keep the runs they finished."""
     runs: dict[str, list[dict[str, Any]]] = {row.id: [] for row in rows}
     for repetition in range(repetitions):
         for row in rows:
+            if deadline is not None and time.monotonic() > deadline:
+                log(f"[bench] time is up: {row.id} repetition {repetition + 1} and after not run")
+                return {key: value for key, value in runs.items() if value}
             result = run_worker(row, work, tag=f"{repetition}-{row.id}", **worker_kwargs)
             runs[row.id].append(result)
             log(

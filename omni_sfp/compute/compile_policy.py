@@ -62,39 +62,39 @@ def decide_compile(
     device_type: str,
     mixed_precision: bool,
     cost: CompileCost | None = None,
+    name: str = "train.models.compile",
+    costs: dict[tuple[str, bool], CompileCost] | None = None,
 ) -> CompileDecision:
-    """``setting`` is ``train.models.compile``: ``True`` / ``False`` decide by themselves; ``"auto"`` compiles
-    when ``iterations_left x iteration_s x saving`` exceeds the compile cost (``cost``, or the measured one
-    for this device and precision).
+    """``setting`` is ``name`` (``train.models.compile`` or ``train.capture``): ``True`` / ``False`` decide by
+    themselves; ``"auto"`` compiles when ``iterations_left x iteration_s x saving`` exceeds the compile cost
+    (``cost``, or the one of ``costs`` (default :data:`MEASURED`) for this device and precision).
 
     :raises ValueError: ``setting`` is none of true, false, auto; or an iteration count / time is negative.
     """
     if setting is True or setting is False:
-        return CompileDecision(setting, f"train.models.compile={str(setting).lower()}")
+        return CompileDecision(setting, f"{name}={str(setting).lower()}")
     if setting != "auto":
-        raise ValueError(f"train.models.compile={setting!r} must be true, false or auto")
+        raise ValueError(f"{name}={setting!r} must be true, false or auto")
     if iterations_left < 0 or not iteration_s >= 0:
         raise ValueError(f"iterations_left={iterations_left} and iteration_s={iteration_s} must not be negative")
     precision = "mixed precision" if mixed_precision else "fp32"
     if device_type == "cpu" and cpp_compiler() is None:
         return CompileDecision(
             False,
-            "train.models.compile=auto: eager, no C++ compiler found (inductor needs one on "
-            "CPU: set CXX or install g++)",
+            f"{name}=auto: eager, no C++ compiler found (inductor needs one on CPU: set CXX or install g++)",
         )
-    cost = cost or MEASURED.get((device_type, bool(mixed_precision)))
+    cost = cost or (MEASURED if costs is None else costs).get((device_type, bool(mixed_precision)))
     if cost is None:
         return CompileDecision(
             False,
-            f"train.models.compile=auto: eager, no measured compile cost for {device_type} "
-            f"{precision} (set true to compile anyway)",
+            f"{name}=auto: eager, no measured compile cost for {device_type} {precision} (set true to compile anyway)",
         )
     saved = iterations_left * iteration_s * cost.saving
     compile = saved > cost.compile_s
     relation = ">" if compile else "<="
     return CompileDecision(
         compile,
-        f"train.models.compile=auto: {'compiling' if compile else 'eager'}, "
+        f"{name}=auto: {'compiling' if compile else 'eager'}, "
         f"{iterations_left} iterations x {iteration_s:.2f} s x {100 * cost.saving:.1f}% "
         f"saved = {saved:.1f} s {relation} {cost.compile_s:.1f} s to compile "
         f"({device_type} {precision}; {cost.source})",
@@ -145,38 +145,53 @@ EAGER_ITERATIONS = 2  # auto measures the second: the first one pays for first c
 COMPILED_ITERATIONS = 2  # and checks the second compiled one: the first pays the compile
 
 
-class AutoCompile:
-    """The loop's ``tune`` hook for ``train.models.compile=auto`` (:class:`omni_sfp.ppo.loop.Learner`): after
-    :data:`EAGER_ITERATIONS` eager iterations of this process (after a resume too), it times the last one
-    (rollout + update), asks :func:`decide_compile`, reports the reason once and compiles the models' trunks
-    when it pays. A run that ends sooner is decided at its last iteration (nothing left: eager). After
-    compiling it times the :data:`COMPILED_ITERATIONS`-th compiled iteration and keeps the compiled trunks only
-    when that one is clearly faster than the eager one (one more line; ``kept`` says which).
+class MeasuredSwitch:
+    """A loop ``tune`` hook (:class:`omni_sfp.ppo.loop.Learner`) for a speed setting whose ``auto`` compiles:
+    after :data:`EAGER_ITERATIONS` eager iterations of this process (after a resume too), it times the last one
+    (rollout + update), asks :func:`decide_compile` with the setting's cost table, reports the reason once and
+    turns the speed-up on when it pays. A run that ends sooner is decided at its last iteration (nothing left:
+    eager). After turning it on it times the :data:`COMPILED_ITERATIONS`-th iteration and keeps it only when
+    that one is clearly faster than the eager one (one more line; ``kept`` says which). So a wrong table costs
+    one compile, never a slower run.
 
-    :param models: the agent's models (one object when policy and value share it).
     :param agree: turns this process's decision into every process's (``distributed.any_rank``).
-    :param report: where the one-line reason goes (rank 0's console); None: nowhere.
+    :param report: where the one-line reasons go (rank 0's console); None: nowhere.
+    :param record: called with the setting's final value (True or False) once it is known (the run's config.yaml).
     """
+
+    name = ""  # the setting
+    costs: dict[tuple[str, bool], CompileCost] = {}
+    kept_text, dropped_text = "kept", "back to eager"
 
     def __init__(
         self,
-        models: dict[str, Any],
         *,
         iterations: int,
         device_type: str,
         mixed_precision: bool,
         agree: Callable[[bool], bool] = bool,
         report: Callable[[str], None] | None = None,
+        record: Callable[[bool], None] | None = None,
     ) -> None:
-        self.models = list(dict.fromkeys(models.values()))
         self.iterations, self.device_type, self.mixed_precision = iterations, device_type, mixed_precision
-        self.agree, self.report = agree, report
+        self.agree, self.report, self.record = agree, report, record
         self.seen = 0  # iterations this process ran
         self.decision: CompileDecision | None = None
         self.iteration: int | None = None  # the iteration after which it was decided
         self.eager_s: float | None = None  # the eager iteration it decided on
         self.compiled_seen = 0
-        self.kept: bool | None = None  # after the check: whether the compiled trunks stayed
+        self.kept: bool | None = None  # after the check: whether the speed-up stayed
+
+    # what a setting does
+    def blocked(self) -> str | None:
+        """Why the speed-up cannot be turned on in this run (the decision's reason), or None."""
+        return None
+
+    def turn_on(self) -> None:
+        raise NotImplementedError
+
+    def turn_off(self) -> None:
+        raise NotImplementedError
 
     def __call__(self, progress: Any) -> None:
         if self.decision is not None:
@@ -186,13 +201,19 @@ class AutoCompile:
         self.seen += 1
         if self.seen < EAGER_ITERATIONS and progress.iteration < self.iterations:
             return
-        decision = decide_compile(
-            "auto",
-            iterations_left=self.iterations - progress.iteration,
-            iteration_s=progress.rollout_s + progress.update_s,
-            device_type=self.device_type,
-            mixed_precision=self.mixed_precision,
-        )
+        blocked = self.blocked()
+        if blocked is not None:
+            decision = CompileDecision(False, f"{self.name}=auto: eager, {blocked}")
+        else:
+            decision = decide_compile(
+                "auto",
+                iterations_left=self.iterations - progress.iteration,
+                iteration_s=progress.rollout_s + progress.update_s,
+                device_type=self.device_type,
+                mixed_precision=self.mixed_precision,
+                name=self.name,
+                costs=self.costs,
+            )
         if self.agree(decision.compile) != decision.compile:  # another process decided to compile
             decision = CompileDecision(
                 True, decision.reason.replace(": eager,", ": compiling (as another process decided),", 1)
@@ -202,8 +223,9 @@ class AutoCompile:
         if self.report is not None:
             self.report(f"[omni_sfp] iteration {progress.iteration}: {decision.reason}")
         if decision.compile:
-            for model in self.models:
-                compile_trunk(model)
+            self.turn_on()
+        elif self.record is not None:
+            self.record(False)
 
     def _check(self, progress: Any) -> None:
         """The measured side of the decision: the compiled iteration against the eager one."""
@@ -215,12 +237,72 @@ class AutoCompile:
         compiled_s = progress.rollout_s + progress.update_s
         self.kept = bool(self.agree(compiled_s < (1 - MARGIN) * self.eager_s))  # any process's gain keeps it
         if not self.kept:
-            for model in self.models:
-                uncompile_trunk(model)
+            self.turn_off()
+        if self.record is not None:
+            self.record(self.kept)
         if self.report is not None:
             change = 100 * (compiled_s / self.eager_s - 1) if self.eager_s else 0.0
             self.report(
-                f"[omni_sfp] iteration {progress.iteration}: train.models.compile=auto measured: {compiled_s:.2f} s "
+                f"[omni_sfp] iteration {progress.iteration}: {self.name}=auto measured: {compiled_s:.2f} s "
                 f"an iteration compiled against {self.eager_s:.2f} s eager ({change:+.1f}%): "
-                + ("compiled trunk kept" if self.kept else f"back to eager (a gain under {100 * MARGIN:.0f}% is noise)")
+                + (self.kept_text if self.kept else f"{self.dropped_text} (a gain under {100 * MARGIN:.0f}% is noise)")
             )
+
+
+class AutoCompile(MeasuredSwitch):
+    """``train.models.compile=auto``: compiles the models' trunks (:func:`compile_trunk`).
+
+    :param models: the agent's models (one object when policy and value share it).
+    """
+
+    name = "train.models.compile"
+    costs = MEASURED
+    kept_text = "compiled trunk kept"
+
+    def __init__(self, models: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.models = list(dict.fromkeys(models.values()))
+
+    def turn_on(self) -> None:
+        for model in self.models:
+            compile_trunk(model)
+
+    def turn_off(self) -> None:
+        for model in self.models:
+            uncompile_trunk(model)
+
+
+# What capturing the PPO step costs once and saves per iteration. CPU: measured by the benchmark (the
+# omni-sfp-*-captured rows against the eager ones). CUDA: not yet measured on a GPU; an estimate (a fresh compile
+# of forward and backward, and an update that is host-bound: docs/benchmarks.md), which the measured check after
+# the first captured iterations corrects either way.
+CAPTURE_COSTS: dict[tuple[str, bool], CompileCost] = {
+    ("cuda", False): CompileCost(90.0, 0.3, "estimate: not yet measured on a GPU"),
+    ("cuda", True): CompileCost(90.0, 0.5, "estimate: not yet measured on a GPU"),
+}
+
+
+class AutoCapture(MeasuredSwitch):
+    """``train.capture=auto``: captures the agent's minibatch step (``SFPPPO.set_capture``): compiled, and on
+    CUDA replayed from a CUDA graph.
+
+    :param agent: the agent (``set_capture(mode)``, ``capture_problem(graph=...)``).
+    """
+
+    name = "train.capture"
+    costs = CAPTURE_COSTS
+    kept_text = "captured step kept"
+
+    def __init__(self, agent: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.agent = agent
+        self.mode = "graph" if self.device_type == "cuda" else "compile"
+
+    def blocked(self) -> str | None:
+        return self.agent.capture_problem(graph=self.mode == "graph")
+
+    def turn_on(self) -> None:
+        self.agent.set_capture(self.mode)
+
+    def turn_off(self) -> None:
+        self.agent.set_capture("off")

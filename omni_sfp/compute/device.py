@@ -77,3 +77,10 @@ def malloc_tuned() -> bool:
     """Whether :func:`keep_freed_memory` changed glibc's parameters in this process. glibc's own behaviour can
     no longer be measured here then: setting any of them turns its adaptive thresholds off for good."""
     return _malloc_tuned
+
+
+def read_back(tensor: torch.Tensor) -> list:
+    """A device tensor's values on the host, as a list: the one way the training loop reads a result back. The
+    copy is explicit (a ``_to_copy`` to the CPU even for a CPU tensor, where ``tolist`` alone dispatches nothing),
+    so a dispatch-mode counter sees every host read on any device (tests/test_host_reads.py)."""
+    return tensor.to("cpu", copy=True).tolist()

@@ -341,6 +341,15 @@ TRAIN: tuple[Setting, ...] = (
         "(the decision is printed; omni_sfp/compute/compile_policy.py)",
     ),
     _s(
+        "train.capture",
+        "bool_auto",
+        AUTO,
+        "the PPO minibatch step (both roles' forward, losses, backward, clip, fused Adam) through torch.compile as "
+        "one graph, and on CUDA replayed from a CUDA graph: no host work per minibatch. auto: after 2 eager "
+        "iterations, captured when the run is long enough to pay the compile back, kept only when measured faster; "
+        "the decision is printed and written to the run's config.yaml (omni_sfp/compute/compile_policy.py)",
+    ),
+    _s(
         "train.kernels.elu_no_grad",
         "str",
         AUTO,

@@ -34,13 +34,12 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium
 import numpy as np
 import torch
-import torch.nn.functional as F
 from skrl import config as skrl_config
 from skrl.agents.torch import Agent
 from skrl.agents.torch.ppo import PPO
@@ -48,14 +47,13 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 
 from omni_sfp.compute import distributed
-from omni_sfp.compute.optim import clip_and_step
+from omni_sfp.compute.capture import CaptureError, GraphedStep, compile_step
+from omni_sfp.compute.device import read_back
 from omni_sfp.config.schema import CHECK_FINITE
-from omni_sfp.sfp.cache import SFPStats, sfp_modules
+from omni_sfp.ppo.minibatches import RolloutSampler
+from omni_sfp.ppo.step import STATISTICS, DeviceLearningRate, MinibatchStep
+from omni_sfp.sfp.cache import SFPStats, capture_key, sfp_modules
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS
-
-# A sample above this many bytes is gathered a minibatch at a time in the update: a camera image (6 x 96 x 96
-# floats, 221 KB) is, a flat observation (a few hundred bytes) is not; there is no size in between to tune
-PER_MINIBATCH_GATHER_BYTES = 16 * 1024
 
 # TensorBoard tags of the update's results (skrl's own tags, so the scalars read as skrl's would)
 _TAGS = (
@@ -108,12 +106,6 @@ def compute_gae(
     return returns, (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
-def _split_sizes(samples: int, parts: int) -> list[int]:
-    """Minibatch sizes as skrl's memory splits its permutation (``numpy.array_split``: larger ones first)."""
-    size, larger = divmod(samples, parts)
-    return [size + 1] * larger + [size] * (parts - larger)
-
-
 class EpisodeTracker:
     """Per-env running returns and lengths, and the sum/count of finished episodes, all on the device: six
     small kernels per step, on one ``(envs, 3)`` tensor whose columns are the return, the length and a 1 that
@@ -143,33 +135,53 @@ class EpisodeTracker:
         self.running[:, 1:2].copy_(state["lengths"])
         self.finished.copy_(state["finished"])
 
-    def pop(self) -> tuple[float | None, float | None, int]:
-        """Mean return and length of the episodes finished since the last call, over all ranks (one host
-        sync; one all-reduce in a multi-process run)."""
+    def take(self) -> torch.Tensor:
+        """The sums of the episodes finished since the last call, over all ranks (one all-reduce in a multi-process
+        run), as a device tensor (return, length, count): read it with :meth:`decode`, alone or with other results."""
         distributed.all_reduce_sum_(self.finished)
-        total_return, total_length, count = self.finished.tolist()
+        finished = self.finished.clone()
         self.finished.zero_()
+        return finished
+
+    @staticmethod
+    def decode(sums: list[float]) -> tuple[float | None, float | None, int]:
+        """Mean return, mean length and count from :meth:`take`'s values."""
+        total_return, total_length, count = sums
         if not count:
             return None, None, 0
         return total_return / count, total_length / count, int(count)
 
+    def pop(self) -> tuple[float | None, float | None, int]:
+        """Mean return and length of the episodes finished since the last call, over all ranks (one host read)."""
+        return self.decode(read_back(self.take()))
 
-def first_nonfinite(**series: torch.Tensor) -> tuple[int, int, str] | None:
-    """The first ``(step, env index, name)`` whose data is not finite, in series shaped ``(steps, envs, ...)``
-    with the same steps and envs (within one step, in the order given); None if all is finite. One host read.
-    """
-    names = list(series)
+
+def nonfinite_search(**series: torch.Tensor) -> torch.Tensor:
+    """Where the first non-finite value is, in series shaped ``(steps, envs, ...)`` with the same steps and envs
+    (within one step, in the order given), as a device tensor ``(found, flat index)``: read it with
+    :func:`decode_nonfinite`, alone or with other results. No host read."""
     bad = torch.stack(
         [~torch.isfinite(data.reshape(data.shape[0], data.shape[1], -1)).all(dim=2) for data in series.values()],
         dim=1,
     ).flatten()  # (steps, names, envs) flattened: the first True is the earliest step, then name, then env
     first = torch.argmax(bad.to(torch.uint8))  # argmax returns the first maximum
-    found, index = torch.stack([bad[first].long(), first]).tolist()
+    return torch.stack([bad.any().long(), first])
+
+
+def decode_nonfinite(found_index: list[int], names: list[str], envs: int) -> tuple[int, int, str] | None:
+    """``(step, env index, name)`` from :func:`nonfinite_search`'s values; None if all was finite."""
+    found, index = found_index
     if not found:
         return None
-    envs = next(iter(series.values())).shape[1]
-    step, rest = divmod(index, len(names) * envs)
+    step, rest = divmod(int(index), len(names) * envs)
     return step, rest % envs, names[rest // envs]
+
+
+def first_nonfinite(**series: torch.Tensor) -> tuple[int, int, str] | None:
+    """The first ``(step, env index, name)`` whose data is not finite (see :func:`nonfinite_search`); None if all
+    is finite. One host read."""
+    envs = next(iter(series.values())).shape[1]
+    return decode_nonfinite(read_back(nonfinite_search(**series)), list(series), envs)
 
 
 def final_observations(infos: Any, next_observations: torch.Tensor, observation_space: Any) -> torch.Tensor | None:
@@ -211,15 +223,6 @@ def soft_action_bounds(action_space, device) -> tuple[torch.Tensor, torch.Tensor
     return centre - half, centre + half
 
 
-def bounds_loss(mean_actions: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
-    """rl_games' ``bound_loss``: the squared excess of the policy mean beyond the soft bounds, summed over the
-    action dimensions, averaged over the batch. Beyond the env's clip every sampled action acts alike, so the
-    surrogate alone has no gradient that brings a runaway mean back (and the deterministic policy, which plays
-    the mean, stops matching the sampled one that was trained); this term has one."""
-    excess = torch.relu(mean_actions - high) + torch.relu(low - mean_actions)
-    return excess.square().sum(dim=-1).mean()
-
-
 class SFPPPO(PPO):
     """skrl PPO for single-forward-pass models, with our own ``update()``; see the module docstring.
 
@@ -258,8 +261,34 @@ class SFPPPO(PPO):
         self._recorded_steps = 0  # steps recorded since the last update (the memory's rows to check)
         self._first_recorded_step = 0  # the env step of the first of them
         models = {id(m): m for m in (self.policy, self.value) if m is not None}.values()
+        self._models = list(models)
         self._caches = [cache for model in models for cache in sfp_modules(model)]
         self._trained_parameters = list({id(p): p for model in models for p in model.parameters()}.values())
+        # fused Adam takes its rate as a device tensor: the KL-adaptive rule then runs on the device
+        fused = self.optimizer is not None and bool(self.optimizer.defaults.get("fused"))
+        self._device_rate = DeviceLearningRate(self.optimizer, self.scheduler, self.device) if fused else None
+        self._step = MinibatchStep(
+            policy=self.policy,
+            value=self.value,
+            optimizer=self.optimizer,
+            scaler=self.scaler,
+            cfg=self.cfg,
+            autocast=functools.partial(torch.autocast, self._device_type, enabled=self.cfg.mixed_precision),
+            parameters=self._trained_parameters,
+            caches=self._caches,
+            soft_bounds=self._soft_bounds,
+            bounds_loss_scale=self.bounds_loss_scale,
+            reduce_gradients=self._reduce_gradients if skrl_config.torch.is_distributed else None,
+            device=self.device,
+        )
+        # CUDA's path: no host read in a rollout step, one per update (tests force it on the CPU)
+        self.sync_free = self.device.type == "cuda"
+        self.last_episodes: tuple[float | None, float | None, int] = (None, None, 0)
+        self.capture = "off"  # how the minibatch step runs: off (eager), compile, graph (compiled, in a CUDA graph)
+        self._graphed: GraphedStep | None = None
+        self._step_counts: list[SFPStats] | None = None  # what one eager step added to each cache's counters
+        self._captured_once = False  # the first captured step of a capture was run (a failure there falls back)
+        self.capture_fallback: Callable[[str], None] | None = None  # None: a step that fails to capture raises
 
     def _use_fused_adam(self) -> None:
         """Replace skrl's Adam by the fused one: the same update rule in one kernel over all parameters.
@@ -313,9 +342,6 @@ class SFPPPO(PPO):
     def episodes(self, tracker: EpisodeTracker | None) -> None:
         self._episodes = tracker
 
-    def pop_episode_stats(self) -> tuple[float | None, float | None, int]:
-        return self._episodes.pop() if self._episodes is not None else (None, None, 0)
-
     def purge_tensorboard_from(self, step: int) -> None:
         """Hide the TensorBoard events at steps >= ``step`` written before (a run resumed in its folder from an
         earlier checkpoint): a SessionLog START at ``step``, what torch's ``SummaryWriter(purge_step=step)``
@@ -361,6 +387,10 @@ class SFPPPO(PPO):
                 continue
             self.checkpoint_modules[name].load_state_dict(module_state)
         self.clear_caches()
+        if self._device_rate is not None:
+            self._device_rate.attach()  # the loaded groups hold a number (or a tensor of the saving run)
+        if self._graphed is not None:
+            self._graphed.reset()  # the loaded optimizer state lives in new tensors
         if models_only:
             return
         self.scaler.load_state_dict(state["scaler"])
@@ -442,7 +472,7 @@ class SFPPPO(PPO):
         if final is None:
             return self._current_values
         reusable = final is next_observations  # no env reset in this step (OmniIsaacGymEnvs resets in the next)
-        if not reusable and self.device.type == "cpu" and not bool(truncated.any()):  # on CUDA this is a sync
+        if not reusable and not self.sync_free and not bool(truncated.any()):  # a sync on CUDA: not there
             return None
         if reusable and (self._rollout + 1) % self.cfg.rollouts:  # the next step reuses it, unless an update comes
             self.shareable_calls += 1
@@ -464,25 +494,41 @@ class SFPPPO(PPO):
         Agent.post_interaction(self, timestep=timestep, timesteps=timesteps)  # TensorBoard at write_interval
 
     def update(self, *, timestep: int, timesteps: int) -> dict[str, float]:
-        """One PPO update on the rollout in memory; returns its losses and statistics (empty when skipped).
+        """One PPO update on the rollout in memory; returns its losses and statistics (empty when skipped), and
+        keeps the episodes that finished since the last update in :attr:`last_episodes`.
 
-        Non-finite data (``check_finite``) is checked before (observations, rewards) and after (losses);
-        with ``"skip"`` a non-finite loss rolls the whole update back.
+        One host read carries everything: the losses, the rate, the episodes and, on the sync-free path
+        (:attr:`sync_free`), whether the rollout's data were finite. Non-finite data (``check_finite``): on the
+        host path they are looked for before the update (one more read, free on the CPU), so that it never runs
+        on them; on the sync-free path in the same read, after it: ``"raise"`` stops there, ``"skip"`` rolls the
+        update back as for a non-finite loss.
         """
-        problem = self._pending_problem() if self.check_finite != "off" else None
+        episodes = self._episodes.take() if self._episodes is not None else torch.zeros(3, device=self.device)
+        search = self._rollout_nonfinite_search() if self.check_finite != "off" else None
+        recorded_from = self._first_recorded_step
         self._recorded_steps = 0  # the next rollout starts (the memory's rows are overwritten from the first)
-        if problem is not None:
-            if self.check_finite == "raise":
-                raise NonFiniteError(problem)
-            self._skip(problem)
-            return {}
+        if search is not None and not self.sync_free:
+            found, index = read_back(search)
+            problem = distributed.first_report(self._data_problem([found, index], recorded_from), self.device)
+            if problem is not None:
+                if self.check_finite == "raise":
+                    raise NonFiniteError(problem)
+                self.last_episodes = EpisodeTracker.decode(read_back(episodes))
+                self._skip(problem)
+                return {}
+            search = None
         snapshot = self._snapshot() if self.check_finite == "skip" else None
         if self.learning_rate_anneal:
             self._anneal_learning_rate(timestep, timesteps)
-        losses = self._ppo_update()
+        results, steps, gaussian = self._ppo_update()
+        parts = [results, episodes.double()] + ([search.double()] if search is not None else [])
+        values = read_back(torch.cat(parts))  # the update's one host read
+        count = len(results)
+        self.last_episodes = EpisodeTracker.decode(values[count : count + 3])
+        losses = self._losses(values[:count], steps, gaussian)
         if self.check_finite != "off":
-            problem = None
-            if not all(map(math.isfinite, losses.values())):
+            problem = self._data_problem(values[count + 3 :], recorded_from) if search is not None else None
+            if problem is None and not all(map(math.isfinite, losses.values())):
                 shown = ", ".join(f"{name} {value:.4g}" for name, value in losses.items() if name.endswith("_loss"))
                 problem = (
                     f"non-finite loss in the update after env step {timestep} (iteration "
@@ -502,6 +548,21 @@ class SFPPPO(PPO):
         self.track_data("Stats / Skipped updates", self.skipped_updates)
         return losses
 
+    def _losses(self, values: list[float], steps: int, gaussian: bool) -> dict[str, float]:
+        """The update's results by name, from :meth:`_ppo_update`'s values as read back."""
+        results = dict(zip(STATISTICS, values))
+        losses = {"policy_loss": results["policy_loss"], "value_loss": results["value_loss"]}
+        if self.cfg.entropy_loss_scale:
+            losses["entropy_loss"] = results["entropy_loss"]
+        losses.update(kl=results["kl"], **({"std": values[len(STATISTICS)]} if gaussian else {}))
+        if self._device_rate is not None:
+            learning_rate = values[len(STATISTICS) + 1]
+            self._device_rate.report(learning_rate)
+        else:
+            learning_rate = self.optimizer.param_groups[0]["lr"]
+        losses.update(learning_rate=learning_rate, minibatches=steps)
+        return losses
+
     def _anneal_learning_rate(self, timestep: int, timesteps: int) -> None:
         """Scale the learning rate by the fraction of the run left, 1 at the first update and 1/N at the last
         of N (openai/baselines' PPO). With ``KLAdaptiveLR`` it is the schedule's ``max_lr`` that falls, and the
@@ -511,25 +572,28 @@ class SFPPPO(PPO):
         remaining = 1.0 - (self._iteration(timestep) - 1) / updates
         if isinstance(self.scheduler, KLAdaptiveLR):
             self.scheduler.max_lr = self.cfg.learning_rate_scheduler_kwargs[0]["max_lr"] * remaining
+            if self._device_rate is not None:
+                self._device_rate.set(self.scheduler.max_lr, at_most=True)
+                return
             for group in self.optimizer.param_groups:
                 group["lr"] = min(group["lr"], self.scheduler.max_lr)
+        elif self._device_rate is not None:
+            self._device_rate.set(self.cfg.learning_rate[0] * remaining)
         else:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.cfg.learning_rate[0] * remaining
 
-    def _ppo_update(self) -> dict[str, float]:
-        """skrl 2.1.1's ``PPO.update`` mathematics (tests/test_agent.py pins it), with less bookkeeping.
+    def _ppo_update(self) -> tuple[torch.Tensor, int, bool]:
+        """skrl 2.1.1's ``PPO.update`` mathematics (tests/test_agent.py pins it), as a loop over minibatches.
 
-        Same as skrl: the value of the last observations, GAE, the value normaliser trained on values then
-        returns, one ``randperm`` per epoch from the same generator (so the same minibatches), epoch 0
-        training the observation normaliser minibatch by minibatch, the same losses, one backward, clip, step,
-        the KL early stop and the KL-adaptive LR once per epoch. Less bookkeeping: each epoch gathers the
-        rollout once and slices contiguous minibatches (skrl gathers 7 tensors per minibatch; observations over
-        ``PER_MINIBATCH_GATHER_BYTES`` a sample, images, are gathered per minibatch as skrl's); observations
-        are normalised once for all epochs after the first; losses stay on the device until the end (one host
-        read per update, plus one per epoch for the LR schedule and one per minibatch only with
-        ``kl_threshold``); with fused Adam the grad-norm clip is the fused step's ``grad_scale``; the caches
-        are cleared at the start, after every optimizer step and at the end.
+        Per update: the value of the last observations, GAE, the value normaliser trained on values then returns
+        (as skrl). Then epochs x minibatches from :class:`~omni_sfp.ppo.minibatches.RolloutSampler` (skrl's
+        permutations; the sampling bookkeeping lives there), each through :class:`~omni_sfp.ppo.step.MinibatchStep`
+        (the loss, backward, clip, step; eager, compiled or replayed from a CUDA graph: :attr:`capture`), and the
+        KL-adaptive rate once per epoch. The losses and the KL stay on the device: one host read per update, plus
+        one per epoch for a KL-adaptive rate on the host (an optimizer that is not fused) and one per minibatch
+        only with ``kl_threshold`` (its early stop). The caches are cleared at the start, after every optimizer
+        step and at the end.
         """
         cfg, autocast = self.cfg, functools.partial(torch.autocast, self._device_type, enabled=self.cfg.mixed_precision)
         self.clear_caches()
@@ -560,111 +624,54 @@ class SFPPPO(PPO):
         values = self._value_preprocessor(values, train=True)
         returns = self._value_preprocessor(returns, train=True)
 
-        # the rollout as flat (samples, ...) tensors; the four per-sample scalars packed as rows
-        observations = memory.get_tensor_by_name("observations").flatten(0, 1)
-        states = memory.get_tensor_by_name("states").flatten(0, 1) if "states" in memory.tensors else None
-        actions = memory.get_tensor_by_name("actions").flatten(0, 1)
-        scalars = torch.stack(
-            [memory.get_tensor_by_name("log_prob").flatten(), values.flatten(), returns.flatten(), advantages.flatten()]
+        sampler = RolloutSampler(
+            observations=memory.get_tensor_by_name("observations").flatten(0, 1),
+            states=memory.get_tensor_by_name("states").flatten(0, 1) if "states" in memory.tensors else None,
+            actions=memory.get_tensor_by_name("actions").flatten(0, 1),
+            scalars=torch.stack(
+                [
+                    memory.get_tensor_by_name("log_prob").flatten(),
+                    values.flatten(),
+                    returns.flatten(),
+                    advantages.flatten(),
+                ]
+            ),
+            mini_batches=cfg.mini_batches,
+            normalise_observations=self._observation_preprocessor,
+            normalise_states=self._state_preprocessor,
+            autocast=autocast,
         )
-        samples = scalars.shape[1]
-        sizes = _split_sizes(samples, cfg.mini_batches)
-        # large samples (images) are gathered a minibatch at a time, as skrl does, and go to the trunk while they
-        # are still in cache; small ones once an epoch (one gather instead of one per minibatch). The same rows.
-        gather_per_minibatch = observations[0].numel() * observations.element_size() > PER_MINIBATCH_GATHER_BYTES
-        normalised: tuple[torch.Tensor, torch.Tensor | None] | None = None
-
-        totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # policy, value, entropy loss
-        kl_sum = torch.zeros((), device=self.device)
+        step = self._step
+        step.reset()
         steps = 0
         for epoch in range(cfg.learning_epochs):
-            order = torch.randperm(samples, dtype=torch.long).to(self.device, non_blocking=True)  # skrl's draw
-            if epoch == 0:  # epoch 0 trains the normalisers minibatch by minibatch, as skrl's does
-                source_observations, source_states = observations, states
-            else:
-                if normalised is None:  # the statistics are final now: normalise every sample once
-                    with autocast():
-                        normalised = (self._observation_preprocessor(observations), self._state_preprocessor(states))
-                source_observations, source_states = normalised[0], normalised[1] if states is not None else None
-            if gather_per_minibatch:
-                epoch_observations, epoch_states = source_observations, source_states
-            else:
-                epoch_observations = source_observations[order]
-                epoch_states = source_states[order] if source_states is not None else None
-            epoch_actions, epoch_scalars = actions[order], scalars[:, order]
-            kls = []
-            start = 0
-            for size in sizes:
-                batch = slice(start, start + size)
-                start += size
-                rows = order[batch] if gather_per_minibatch else batch
-                old_log_prob, old_values, batch_returns, batch_advantages = (
-                    row[batch].unsqueeze(-1) for row in epoch_scalars
-                )
-                with autocast():
-                    if epoch == 0:
-                        inputs = {
-                            "observations": self._observation_preprocessor(epoch_observations[rows], train=True),
-                            "states": self._state_preprocessor(
-                                epoch_states[rows] if epoch_states is not None else None, train=True
-                            ),
-                        }
-                    else:
-                        inputs = {
-                            "observations": epoch_observations[rows],
-                            "states": epoch_states[rows] if epoch_states is not None else None,
-                        }
-                    _, outputs = self.policy.act({**inputs, "taken_actions": epoch_actions[batch]}, role="policy")
-                    log_prob = outputs["log_prob"]
-                    with torch.no_grad():  # approximate KL divergence
-                        ratio = log_prob - old_log_prob
-                        kl = ((torch.exp(ratio) - 1) - ratio).mean()
-                        kls.append(kl)
-                    if cfg.kl_threshold and kl > cfg.kl_threshold:  # early stop: a host read, only when enabled
+            step.epoch_kl.zero_()
+            kls = 0  # KLs summed into step.epoch_kl this epoch
+            for batch in sampler.epoch(epoch):
+                self.shareable_calls += 1  # the value call, counted as it happens
+                kls += 1
+                if cfg.kl_threshold:  # early stop: a host read per minibatch, so never captured
+                    loss, statistics = step.losses(batch)
+                    if statistics[3] > cfg.kl_threshold:
+                        step.epoch_kl += statistics[3]
                         break
-                    if cfg.entropy_loss_scale:
-                        entropy_loss = -cfg.entropy_loss_scale * self.policy.get_entropy(role="policy").mean()
-                    else:
-                        entropy_loss = 0
-                    ratio = torch.exp(log_prob - old_log_prob)
-                    surrogate = batch_advantages * ratio
-                    surrogate_clipped = batch_advantages * torch.clip(ratio, 1.0 - cfg.ratio_clip, 1.0 + cfg.ratio_clip)
-                    policy_loss = -torch.min(surrogate, surrogate_clipped).mean()
-
-                    predicted_values, _ = self.value.act(inputs, role="value")
-                    self.shareable_calls += 1  # counted as it happens: an early stop above makes none
-                    if cfg.value_clip > 0:
-                        predicted_values = old_values + torch.clip(
-                            predicted_values - old_values, min=-cfg.value_clip, max=cfg.value_clip
-                        )
-                    value_loss = cfg.value_loss_scale * F.mse_loss(batch_returns, predicted_values)
-                    bound_loss = 0  # rl_games' b_loss: in the backward, not in the reported policy loss
-                    if self._soft_bounds is not None:
-                        bound_loss = self.bounds_loss_scale * bounds_loss(outputs["mean_actions"], *self._soft_bounds)
-
-                self.optimizer.zero_grad()
-                self.scaler.scale(policy_loss + entropy_loss + value_loss + bound_loss).backward()
-                if skrl_config.torch.is_distributed:
-                    self.policy.reduce_parameters()
-                    if self.policy is not self.value:
-                        self.value.reduce_parameters()
-                self._clip_and_step()
+                    step.apply(loss, statistics)
+                else:
+                    self._run_step(batch)
                 self.clear_caches()
-                entropy = (
-                    entropy_loss.detach() if torch.is_tensor(entropy_loss) else torch.zeros((), device=self.device)
-                )
-                totals += torch.stack([policy_loss.detach(), value_loss.detach(), entropy]).double()
-                kl_sum += kl
                 steps += 1
 
             if self.scheduler:  # once per epoch, as skrl's
                 if isinstance(self.scheduler, KLAdaptiveLR):
-                    kl = torch.stack(kls).mean()
+                    kl = step.epoch_kl / kls
                     if skrl_config.torch.is_distributed:
                         torch.distributed.all_reduce(kl, op=torch.distributed.ReduceOp.SUM)
                         kl /= skrl_config.torch.world_size
-                    self.scheduler.step(kl.item())
-                else:
+                    if self._device_rate is not None:
+                        self._device_rate.adapt(kl)
+                    else:
+                        self.scheduler.step(kl.item())
+                elif self._device_rate is None:
                     self.scheduler.step()
 
         self.enable_models_training_mode(False)
@@ -672,18 +679,114 @@ class SFPPPO(PPO):
         distribution = self.policy.distribution(role="policy")
         gaussian = isinstance(distribution, torch.distributions.Normal)  # a Categorical's stddev is NaN
         std = distribution.stddev.mean() if gaussian else torch.zeros((), device=self.device)
-        policy_loss, value_loss, entropy_loss, kl, std = torch.cat(
-            [totals / max(steps, 1), (kl_sum / max(steps, 1)).double().reshape(1), std.double().reshape(1)]
-        ).tolist()
-        losses = {"policy_loss": policy_loss, "value_loss": value_loss}
-        if cfg.entropy_loss_scale:
-            losses["entropy_loss"] = entropy_loss
-        losses.update(kl=kl, **({"std": std} if gaussian else {}))
-        losses.update(learning_rate=self.optimizer.param_groups[0]["lr"], minibatches=steps)
-        return losses
+        rate = self._device_rate.rate if self._device_rate is not None else torch.zeros((), device=self.device)
+        results = torch.cat([step.totals / max(steps, 1), std.double().reshape(1), rate.double().reshape(1)])
+        return results, steps, gaussian
 
-    def _clip_and_step(self) -> None:
-        clip_and_step(self.optimizer, self._trained_parameters, self.cfg.grad_norm_clip, self.scaler)
+    # -- the minibatch step: eager or captured -------------------------------------------------------------------
+    def _run_step(self, batch) -> None:
+        """One minibatch through the step as :attr:`capture` says. The first step of a process is always eager:
+        it creates the optimizer's state, and the caches' counters show that the pair shares its trunk. The first
+        captured step is checked: one that cannot be compiled or graphed raises :class:`CaptureError`, or, with a
+        :attr:`capture_fallback`, reports why and goes on eagerly."""
+        if self._step_counts is None:
+            before = [dataclasses.replace(cache.stats) for cache in self._caches]
+            self._step.losses = self._step.loss  # eager, whatever the capture
+            self._step(*batch.tensors())
+            self._step_counts = [
+                SFPStats(c.stats.hits - b.hits, c.stats.misses - b.misses, c.stats.bypasses - b.bypasses)
+                for c, b in zip(self._caches, before)
+            ]
+            self.set_capture(self.capture)
+            return
+        if self._captured_once or self.capture == "off":
+            self._captured_step(batch)
+            return
+        try:
+            self._captured_step(batch)
+        except CaptureError:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever dynamo, inductor or CUDA graphs refuse, in one line
+            reason = f"the PPO step cannot be captured ({self.capture}): {' '.join(str(error).split())[:300]}"
+            self.set_capture("off")
+            if self.capture_fallback is None:
+                raise CaptureError(reason) from None
+            self.capture_fallback(reason + "; eager from here")
+            self._captured_step(batch)
+        self._captured_once = True
+
+    def _captured_step(self, batch) -> None:
+        if self.capture == "off":
+            self._step(*batch.tensors())
+            return
+        saved = [dataclasses.replace(cache.stats) for cache in self._caches]
+        if self._graphed is None:
+            self._step(*batch.tensors())
+        else:
+            self._graphed(*batch.tensors())
+        for cache, before, added in zip(self._caches, saved, self._step_counts):
+            cache.stats = before + added  # a captured step counts nothing itself: count what the eager one counted
+
+    def set_capture(self, mode: str) -> None:
+        """How the minibatch step runs from now on: ``"off"`` (eager), ``"compile"`` (``torch.compile``, one graph)
+        or ``"graph"`` (compiled and replayed from a CUDA graph; CUDA only).
+
+        :raises CaptureError: one line on why this step cannot be captured (a multi-process run, the KL early stop,
+            a trunk that drew random numbers in the eager step, a module hook, graphs off CUDA).
+        """
+        if mode not in ("off", "compile", "graph"):
+            raise ValueError(f"capture={mode!r} is not one of off, compile, graph")
+        if mode != "off":
+            problem = self.capture_problem(graph=mode == "graph")
+            if problem is not None:
+                raise CaptureError(f"the PPO step cannot be captured: {problem}")
+        self.capture = mode
+        self._captured_once = False
+        if self._step_counts is None:  # decided before the first (eager) step: applied after it
+            return
+        self._step.losses = compile_step(self._step.loss) if mode != "off" else self._step.loss
+        self._graphed = None
+        if mode == "graph":
+            self._graphed = GraphedStep(self._step, snapshot=self._step.snapshot, key=self._capture_key)
+
+    def _capture_key(self) -> tuple | None:
+        """What a CUDA graph of the step fixed: the models (:func:`omni_sfp.sfp.cache.capture_key`) and the
+        addresses of the optimizer's state, which a ``load_state_dict`` replaces."""
+        models = capture_key(*self._models)
+        if models is None:
+            return None
+        optimizer = tuple(
+            value.data_ptr()
+            for state in self.optimizer.state.values()
+            for value in state.values()
+            if torch.is_tensor(value)
+        )
+        return models[0], optimizer
+
+    def capture_problem(self, *, graph: bool = False) -> str | None:
+        """Why the step cannot be captured now, in a few words, or None."""
+        if skrl_config.torch.is_distributed:
+            return "a multi-process run reduces its gradients between the processes in every step"
+        if self.cfg.kl_threshold:
+            return "train.ppo.kl_threshold stops an epoch on a host read"
+        if capture_key(*self._models) is None:
+            return "a module hook is registered (a graph would not call it)"
+        drew = [c.bypasses for cache, c in zip(self._caches, self._step_counts or []) if cache.cache_check != "off"]
+        if any(drew):  # a keyed cache bypassed a call of the eager step: the trunk drew random numbers
+            return (
+                "the trunk drew random numbers in the eager step (dropout?): one captured draw would serve both roles"
+            )
+        if graph:
+            if self.device.type != "cuda":
+                return f"CUDA graphs need a CUDA device, the run is on {self.device.type}"
+            if self._device_rate is None:
+                return "CUDA graphs need fused Adam (train.ppo.fused_optimizer), whose learning rate is a device tensor"
+        return None
+
+    def _reduce_gradients(self) -> None:
+        self.policy.reduce_parameters()
+        if self.policy is not self.value:
+            self.value.reduce_parameters()
 
     # -- non-finite data ------------------------------------------------------------------------------------
     def raise_pending_nonfinite(self, cause: BaseException | None = None) -> None:
@@ -713,27 +816,34 @@ class SFPPPO(PPO):
     def _on_rank() -> str:
         return f" on rank {distributed.rank()}" if distributed.world_size() > 1 else ""
 
-    def _rollout_nonfinite(self) -> tuple[int, int, str] | None:
-        """``(env step, env index, quantity)`` of the first non-finite next observation or reward among the steps
-        recorded since the last update, read from the memory once (nothing is checked per step). A step's next
-        observations are what the step after it acted on (the memory's next row); the last step's are
-        ``_current_next_observations``. The rewards are the memory's (the time-limit bootstrap added)."""
+    def _rollout_nonfinite_search(self) -> torch.Tensor | None:
+        """Where the first non-finite next observation or reward is among the steps recorded since the last update
+        (:func:`nonfinite_search`, on the device; None when nothing was recorded), from the memory at once: nothing
+        is checked per step. A step's next observations are what the step after it acted on (the memory's next
+        row); the last step's are ``_current_next_observations``. The rewards are the memory's (the time-limit
+        bootstrap added)."""
         recorded = self._recorded_steps
         if not recorded:
             return None
         observations = self.memory.get_tensor_by_name("observations")
         last = self._current_next_observations.reshape(1, observations.shape[1], -1).to(observations.dtype)
-        found = first_nonfinite(
+        return nonfinite_search(
             observations=torch.cat([observations[1:recorded], last]),
             rewards=self.memory.get_tensor_by_name("rewards")[:recorded],
         )
-        return None if found is None else (self._first_recorded_step + found[0], *found[1:])
 
-    def _pending_problem(self) -> str | None:
-        """This rollout's first non-finite observation or reward, agreed between the ranks (every rank skips or
-        raises together, or the next collective would wait forever)."""
-        found = self._rollout_nonfinite()
-        return distributed.first_report(self._describe(*found) if found is not None else None, self.device)
+    def _data_problem(self, found_index: list[float], first_step: int) -> str | None:
+        """The report of :meth:`_rollout_nonfinite_search`'s values (read back), or None."""
+        found = decode_nonfinite([int(v) for v in found_index], ["observations", "rewards"], self.memory.num_envs)
+        return None if found is None else self._describe(first_step + found[0], *found[1:])
+
+    def _rollout_nonfinite(self) -> tuple[int, int, str] | None:
+        """``(env step, env index, quantity)`` of the first non-finite data recorded since the last update."""
+        search = self._rollout_nonfinite_search()
+        if search is None:
+            return None
+        found = decode_nonfinite(read_back(search), ["observations", "rewards"], self.memory.num_envs)
+        return None if found is None else (self._first_recorded_step + found[0], *found[1:])
 
     def _skip(self, reason: str) -> None:
         self.skipped_updates += 1
@@ -757,6 +867,10 @@ class SFPPPO(PPO):
         for name, state in snapshot["modules"].items():
             self.checkpoint_modules[name].load_state_dict(state)
         self.clear_caches()
+        if self._device_rate is not None:
+            self._device_rate.attach()
+        if self._graphed is not None:
+            self._graphed.reset()
         self.scaler.load_state_dict(snapshot["scaler"])
         if self.scheduler:
             self.scheduler.load_state_dict(snapshot["scheduler"])

@@ -121,12 +121,12 @@ class Learner:
             self.rollout(total)
             sync()
             rollout_end = time.perf_counter()
-            mean_return, mean_length, _ = agent.pop_episode_stats()
 
             losses = agent.update(timestep=self.timestep + agent.cfg.rollouts - 1, timesteps=total)
             sync()
             end = time.perf_counter()
             self.iteration += 1
+            mean_return, mean_length, _ = agent.last_episodes  # read with the update's losses
 
             progress = Progress(
                 iteration=self.iteration,

@@ -157,6 +157,11 @@ def validate(cfg: DictConfig) -> None:
             f"train.ppo.mini_batches={ppo.mini_batches}: num_envs * rollouts = {num_envs(cfg)} * "
             f"{ppo.rollouts} = {samples} is not divisible by it"
         )
+    if cfg.train.capture is True and ppo.kl_threshold:
+        raise ConfigError(
+            f"train.capture=true: train.ppo.kl_threshold={ppo.kl_threshold!r} stops an epoch on a host read, so the "
+            "step cannot be captured; set train.ppo.kl_threshold=0 or train.capture=auto"
+        )
     _validate_task_env(cfg)
     _validate_outputs(cfg)
     _validate_network(cfg)

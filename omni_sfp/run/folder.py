@@ -63,6 +63,21 @@ def make_run_dir(cfg: DictConfig, resume_from: Path | None = None, resumed_at: i
     return run_dir
 
 
+def config_file(run_dir: Path, cfg: DictConfig, resumed_at: int | None) -> Path:
+    """The config file :func:`make_run_dir` wrote for this process's run."""
+    return run_dir / (f"config.resumed_at_{resumed_at}.yaml" if cfg.resume else "config.yaml")
+
+
+def record_setting(path: Path, key: str, value: Any) -> None:
+    """Write a setting that ``auto`` decided during the run into the run's config file (atomically), so that the
+    run folder reproduces what ran."""
+    saved = OmegaConf.load(path)
+    OmegaConf.update(saved, key, value, merge=False)
+    temporary = path.with_suffix(".yaml.tmp")
+    OmegaConf.save(saved, temporary)
+    os.replace(temporary, path)
+
+
 def check_resumable(cfg: DictConfig, state: dict[str, Any], source: Path) -> None:
     """Refuse, before anything is built, a checkpoint this config cannot continue."""
     saved = state["config"]

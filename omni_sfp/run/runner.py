@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 from omni_sfp.compute import distributed
-from omni_sfp.compute.compile_policy import AutoCompile, compile_trunk
+from omni_sfp.compute.compile_policy import AutoCapture, AutoCompile, compile_trunk
 from omni_sfp.compute.cpu_choices import apply_config
 from omni_sfp.compute.device import resolve_device
 from omni_sfp.config.schema import AUTO
@@ -31,7 +31,14 @@ from omni_sfp.ppo.loop import Learner, Progress, StopRequested
 from omni_sfp.ppo.scaler import scaler_class
 from omni_sfp.run import checkpoint as ckpt
 from omni_sfp.run.compose import max_iterations, num_envs
-from omni_sfp.run.folder import Checkpoints, check_resumable, forget_after, make_run_dir
+from omni_sfp.run.folder import (
+    Checkpoints,
+    check_resumable,
+    config_file,
+    forget_after,
+    make_run_dir,
+    record_setting,
+)
 from omni_sfp.run.outputs.base import RunOutput, outputs_for
 from omni_sfp.run.outputs.evaluation import FinalEvaluation, evaluate_agent
 from omni_sfp.run.progress import ProgressOutput, Summary
@@ -213,6 +220,7 @@ class Runner:
         if not cfg.test and self.rank == 0:
             resumed_at = self._resume_state["iteration"] if self._resume_state is not None else None
             self.run_dir = make_run_dir(cfg, self.resume_from, resumed_at)
+            self.config_file = config_file(self.run_dir, cfg, resumed_at)
         # what the run leaves behind besides checkpoints and progress (omni_sfp/run/outputs/base.py)
         self.outputs = outputs_for(cfg, main=self.rank == 0)
         task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
@@ -236,17 +244,26 @@ class Runner:
         self.learner = Learner(self.env, self.agent, iterations=max_iterations(cfg), log=self._log)
         self.checkpoints = Checkpoints(cfg, self.learner, self.run_dir)  # reads the learner's position
         self.learner.checkpoint = self.checkpoints.after_iteration
-        self.auto_compile: AutoCompile | None = None  # train.models.compile=auto: decides after 2 eager iterations
+        self.auto_capture: AutoCapture | None = None  # train.capture=auto: decides after 2 eager iterations
+        self.auto_compile: AutoCompile | None = None  # train.models.compile=auto: likewise, when nothing captures
+        switch = {
+            "iterations": self.learner.iterations,
+            "device_type": self.device.type,
+            "mixed_precision": cfg.train.mixed_precision,
+            "agree": lambda flag: distributed.any_rank(flag, self.device),
+            "report": self._note if self.run_dir is not None else None,
+        }
+        graph = self.device.type == "cuda"
+        if cfg.train.capture is True and not cfg.test:
+            self.agent.set_capture("graph" if graph else "compile")  # a step that cannot be: one line, exit 2
+        elif cfg.train.capture == "auto" and not cfg.test and self.agent.capture_problem(graph=graph) is None:
+            self.auto_capture = AutoCapture(self.agent, record=self._record_capture, **switch)
+            self.agent.capture_fallback = switch["report"] or (lambda reason: None)
+            self.learner.tune = self.auto_capture  # the captured step compiles the trunk with the rest
         compilable = all(isinstance(m, SharedActorCritic | GaussianActor | ValueCritic) for m in self.models.values())
-        if cfg.train.models.compile == "auto" and not cfg.test and compilable:  # spec-built networks run eager
-            self.auto_compile = AutoCompile(
-                self.models,
-                iterations=self.learner.iterations,
-                device_type=self.device.type,
-                mixed_precision=cfg.train.mixed_precision,
-                agree=lambda flag: distributed.any_rank(flag, self.device),
-                report=self._note if self.run_dir is not None else None,
-            )
+        compile_auto = cfg.train.models.compile == "auto" and not cfg.test and compilable  # spec networks: eager
+        if compile_auto and self.auto_capture is None and self.agent.capture == "off":
+            self.auto_compile = AutoCompile(self.models, **switch)
             self.learner.tune = self.auto_compile
         self.disable_progressbar = disable_progressbar
         self.history: list[Progress] = []
@@ -359,6 +376,11 @@ class Runner:
             self.agent.tracking_data.clear()  # nobody writes it out: do not let it grow for the whole run
         for output in self.outputs:
             output.after_iteration(self, progress)
+
+    def _record_capture(self, captured: bool) -> None:
+        """``train.capture=auto``'s outcome, into the run's config file (rank 0)."""
+        if self.run_dir is not None:
+            record_setting(self.config_file, "train.capture", captured)
 
     def _note(self, line: str) -> None:
         """One line for rank 0's console (through the progress bar, if any), kept in the run folder's notes.txt."""

@@ -191,6 +191,13 @@ class SingleForwardPass(nn.Module):
     version counter, so an in-place edit by a head could not be seen: such an entry keeps a private copy
     and serves a fresh copy of it to its immediate partner only.
 
+    Inside ``torch.compile`` (a captured PPO step, :mod:`omni_sfp.ppo.step`) none of this runs: the keys are
+    Python state that a graph cannot hold. There the cache serves the second call *within one traced call* by
+    tensor identity, under the same grad mode and autocast state, and forgets the entry when the traced function
+    calls :meth:`end_graph` (a graph's entry never outlives its call). What the host-side key covers beyond
+    that (parameters replaced, training flags, hooks, a trunk that draws random numbers) is checked outside the
+    graph by the capture itself (:func:`capture_key`, and an eager first step whose hit proves the pair shares).
+
     If two losses hang off one shared output and each gets its own backward, the second backward finds the
     trunk's graph freed; this raises :class:`SharedGraphBackwardError` naming the remedies (sum the losses,
     ``retain_graph=True``, or ``clear()`` between the calls). What the cache cannot see at all (``.data``
@@ -216,9 +223,12 @@ class SingleForwardPass(nn.Module):
         self.cache_check: CacheCheck = cache_check
         self.stats = SFPStats()
         self._entry: _Entry | None = None
+        self._graph_entry: tuple | None = None  # (input, modes, output) inside one traced call
 
     # -- public -----------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return self._in_graph(x)
         if self.cache_check == "off" or type(x) not in _PLAIN_TENSOR_TYPES or transform_active():
             return self._bypass(x)
         walked = self._walk()
@@ -247,29 +257,48 @@ class SingleForwardPass(nn.Module):
     def clear(self) -> None:
         """Drop the cached entry (and any autograd graph it holds)."""
         self._entry = None
+        self._graph_entry = None
+
+    def end_graph(self) -> None:
+        """The end of a traced call: its entry must not reach the next one (which has other tensors)."""
+        self._graph_entry = None
 
     def reset_stats(self) -> None:
         self.stats = SFPStats()
 
     def train(self, mode: bool = True) -> SingleForwardPass:
-        self._entry = None
+        self.clear()
         return super().train(mode)
 
     def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .half(): parameters move, the entry is stale
-        self._entry = None
+        self.clear()
         return super()._apply(fn, *args, **kwargs)
 
     def __getstate__(self) -> dict:
         """``copy.deepcopy``, ``pickle`` and ``torch.save`` of the module carry no entry (a cached batch, or
         a graph that cannot be copied)."""
         state = self.__dict__.copy()
-        state["_entry"] = None
+        state["_entry"] = state["_graph_entry"] = None
         return state
 
     def extra_repr(self) -> str:
         return f"cache_check={self.cache_check!r}"
 
     # -- calls ------------------------------------------------------------------------------------------
+    def _in_graph(self, x: torch.Tensor) -> torch.Tensor:
+        """The trunk under ``torch.compile``: the second call on the very same traced tensor, in the same grad mode
+        and autocast state, gets the first call's output, so the graph holds one trunk and one backward through
+        it. No counter moves here (a Python integer in a graph would be a guard that recompiles on every call):
+        whoever runs the compiled function counts what its eager twin counted."""
+        modes = (torch.is_grad_enabled(), *_autocast_state(x.device.type))
+        entry = self._graph_entry
+        if self.cache_check != "off" and entry is not None and entry[0] is x and entry[1] == modes:
+            return entry[2]
+        output = self.trunk(x)
+        if self.cache_check != "off":
+            self._graph_entry = (x, modes, output)
+        return output
+
     def _bypass(self, x: torch.Tensor) -> torch.Tensor:
         self._entry = None
         self.stats.bypasses += 1
@@ -305,33 +334,7 @@ class SingleForwardPass(nn.Module):
         """The trunk's modules, parameters and buffers (objects) and their metadata (state), read fresh on
         every call; None if any module hook is registered (hooks see every call: the cache must not elide
         one)."""
-        if _has_global_hooks():
-            return None
-        objects: list = []
-        state: list = []  # flat: a module's training flag, then each tensor's pointer, version, requires_grad
-        keep, note = objects.append, state.append  # (two calls a rollout step: the walk is written for speed)
-        stack = [self.trunk]
-        while stack:
-            module = stack.pop()
-            if (
-                module._forward_hooks
-                or module._forward_pre_hooks
-                or module._backward_hooks
-                or module._backward_pre_hooks
-            ):
-                return None
-            keep(module)
-            note(module.training)
-            for tensors in (module._parameters, module._buffers):
-                for tensor in tensors.values():
-                    if tensor is not None:
-                        keep(tensor)
-                        note(tensor.data_ptr())
-                        note(None if tensor.is_inference() else tensor._version)
-                        note(tensor.requires_grad)
-            if module._modules:
-                stack.extend(child for child in module._modules.values() if child is not None)
-        return objects, tuple(state)
+        return _walk(self.trunk, versions=True)
 
     @staticmethod
     def _same_state(entry: _Entry, context: tuple, objects: list, state: tuple) -> bool:
@@ -386,6 +389,54 @@ class SingleForwardPass(nn.Module):
             entry.guard = _Guard()
             output.register_hook(_on_backward(self, entry, entry.guard))
         return entry
+
+
+def _walk(root: nn.Module, *, versions: bool) -> tuple[list, tuple] | None:
+    """``root``'s modules, parameters and buffers (objects) and their metadata (state): each module's training
+    flag, each tensor's data pointer, (``versions``) version counter and ``requires_grad``; None if a module hook
+    is registered anywhere. Written for speed: the cache walks its trunk twice a rollout step."""
+    if _has_global_hooks():
+        return None
+    objects: list = []
+    state: list = []
+    keep, note = objects.append, state.append
+    stack = [root]
+    while stack:
+        module = stack.pop()
+        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks:
+            return None
+        keep(module)
+        note(module.training)
+        for tensors in (module._parameters, module._buffers):
+            for tensor in tensors.values():
+                if tensor is not None:
+                    keep(tensor)
+                    note(tensor.data_ptr())
+                    if versions:
+                        note(None if tensor.is_inference() else tensor._version)
+                    note(tensor.requires_grad)
+        if module._modules:
+            stack.extend(child for child in module._modules.values() if child is not None)
+    return objects, tuple(state)
+
+
+def capture_key(*modules: nn.Module) -> tuple[tuple, list] | None:
+    """What a captured step fixed when it was captured, read from metadata alone, and the objects it names:
+    every module, parameter and buffer by identity and data pointer (a CUDA graph reads the addresses it was
+    recorded with), their ``requires_grad``, every training flag and ``torch.get_float32_matmul_precision()``.
+    Unlike the cache's key it leaves out the version counters: a step moves the parameters in place, and the
+    next replay must read them. Keep the objects while the key is in use, so no identity can be reused. None
+    while any module hook is registered (a graph replays no hook)."""
+    key: list = [torch.get_float32_matmul_precision()]
+    alive: list = []
+    for module in modules:
+        walked = _walk(module, versions=False)
+        if walked is None:
+            return None
+        objects, state = walked
+        key += [tuple(map(id, objects)), state]
+        alive += objects
+    return tuple(key), alive
 
 
 def _on_backward(cache: SingleForwardPass, entry: _Entry, guard: _Guard):

@@ -2,6 +2,7 @@
 measurement, the eager runs' escape from importing torch._dynamo, and the prepared GPU script (run on CPU)."""
 
 import dataclasses
+import json
 import math
 import subprocess
 import sys
@@ -15,7 +16,6 @@ from omni_sfp.bench import report
 from omni_sfp.bench.ceiling import Product, measure_ceiling, update_flops, update_products
 from omni_sfp.bench.coldstart import time_to_first_iteration
 from omni_sfp.bench.configs import PRESETS, ROWS, Work, select_rows
-from omni_sfp.bench.gpu import END, START, write_section
 from omni_sfp.bench.gpu import main as gpu_main
 from omni_sfp.bench.worker import RolloutClock, split
 
@@ -152,29 +152,29 @@ def test_an_eager_optimizer_never_imports_dynamo_and_steps_exactly_as_torchs_own
 
 
 @pytest.mark.slow
-def test_the_gpu_script_runs_on_cpu_and_rewrites_only_its_section(tmp_path):
-    doc = tmp_path / "benchmarks.md"
-    doc.write_text(f"# Benchmarks\n\nbefore\n\n{START}\nold table\n{END}\n\nafter\n")
-    args = [
-        "--device",
-        "cpu",
-        "--quick",
-        "--rows",
-        "omni-sfp-fp32,ceiling-fp32",
-        "--tests",
-        "",
-        "--doc",
-        str(doc),
-        "--out",
-        str(tmp_path / "out"),
-    ]
-    assert gpu_main(args) == 0
-    text = doc.read_text()
-    assert text.startswith("# Benchmarks\n\nbefore\n\n") and text.endswith("\n\nafter\n") and "old table" not in text
-    assert "### GPU run: no GPU: a CPU dry run of the script (--device cpu)" in text
-    assert "| omni-sfp, SFP (auto), fp32 |" in text and "| GEMM ceiling, fp32 |" in text
-    write_section(doc, f"{START}\nnew\n{END}")
-    assert doc.read_text() == f"# Benchmarks\n\nbefore\n\n{START}\nnew\n{END}\n\nafter\n"
+def test_the_gpu_script_runs_every_part_on_cpu_and_writes_its_results(tmp_path):
+    out = tmp_path / "out"
+    assert gpu_main(["--device", "cpu", "--quick", "--tests", "tests/test_cuda.py", "--out", str(out)]) == 0
+    text = (out / "gpu.md").read_text()
+    assert text.startswith("# GPU run: no GPU: a CPU dry run of the script (--device cpu)")
+    for section in (
+        "## Tests",
+        "## One update under torch.profiler",
+        "## The reference preset",
+        "## The isaaclab preset",
+    ):
+        assert section in text
+    assert "skipped" in text  # the CUDA tests skip on a CPU, and the summary says so
+    assert text.count("| omni-sfp, SFP (auto), fp32, captured |") == 2 and "| compute floor, fp32 |" in text
+    profiled = json.loads((out / "gpu.json").read_text())["One update under torch.profiler (reference preset)"]
+    assert [entry["capture"] for entry in profiled] == ["off", "compile"]
+
+
+def test_the_gpu_script_stops_starting_runs_at_its_budget(tmp_path, capsys):
+    args = ["--device", "cpu", "--quick", "--parts", "reference", "--budget", "1", "--out", str(tmp_path)]
+    assert gpu_main(args) == 0  # the budget counts from the start: at most the first run starts
+    assert "time is up" in capsys.readouterr().err
+    assert (tmp_path / "gpu.md").read_text().count("| compute floor, fp32 |") == 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
