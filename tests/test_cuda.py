@@ -169,3 +169,85 @@ def test_cuda_compiled_trunk_trains_and_hits_the_cache(tmp_path):
     summary = runner.train()
     assert summary.sfp_hit_rate == 1.0
     assert all(torch.isfinite(p).all() for p in runner.agent.policy.parameters())
+
+
+# -- the captured step: compiled, replayed from a CUDA graph ---------------------------------------------------
+def captured_runner(tmp_path, capture: str, *overrides):
+    cfg = load_config(
+        [*SMALL, "train.capture=false", "train.ppo.fused_optimizer=true", f"runs_dir={tmp_path}", *overrides]
+    )
+    runner = Runner(cfg)
+    if capture != "off":
+        runner.agent.set_capture(capture)
+    return runner
+
+
+def parameters_of(runner: Runner) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in runner.agent.policy.parameters()]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+def test_cuda_a_graphed_update_equals_the_eager_one_within_the_bound(tmp_path, precision):
+    """docs/reliability.md's bound for a captured step: losses within a relative 1e-4 (fp32; fp16 autocast: 1e-2),
+    parameters within n * lr after n optimizer steps. One iteration: the same rollout on both sides."""
+    mixed = f"train.mixed_precision={precision == 'mixed'}"
+    results = {}
+    for capture in ("off", "graph"):
+        runner = captured_runner(
+            tmp_path, capture, mixed, "max_iterations=1", "train.ppo.learning_epochs=1", f"experiment={capture}"
+        )
+        torch.manual_seed(0)
+        torch.cuda.manual_seed(0)
+        runner.train()
+        results[capture] = runner
+    eager, graphed = results["off"], results["graph"]
+    assert graphed.agent._graphed is not None and graphed.agent._graphed.captures == 1
+    tolerance = 1e-4 if precision == "fp32" else 1e-2
+    for name in ("policy_loss", "value_loss", "kl"):
+        a, b = eager.agent.last_losses[name], graphed.agent.last_losses[name]
+        assert abs(a - b) <= tolerance * abs(a) + 1e-7, (name, a, b)
+    steps, lr = eager.agent.last_losses["minibatches"], eager.cfg.train.ppo.learning_rate
+    for a, b in zip(parameters_of(eager), parameters_of(graphed)):
+        assert (a - b).abs().max() <= steps * lr
+    assert graphed.agent.sfp_share_rate == 1.0
+
+
+def test_cuda_a_graph_is_captured_again_when_the_parameters_it_read_move(tmp_path):
+    runner = captured_runner(tmp_path, "graph", "max_iterations=2")
+    runner.train()
+    graphed = runner.agent._graphed
+    assert graphed.captures == 1
+    weight = runner.agent.policy.value_head.weight
+    weight.data = weight.data.clone()  # the same parameter in new memory: the graph's recorded address is stale
+    assert runner.agent._capture_key() != next(iter(graphed._graphs.values())).key
+    runner.learner.iterations = 3
+    runner.learner.learn()
+    assert graphed.captures == 2
+    assert all(torch.isfinite(p).all() for p in runner.agent.policy.parameters())
+
+
+def test_cuda_capturing_leaves_the_state_as_it_found_it(tmp_path):
+    """The warm-up calls are real steps on the side stream; the snapshot puts parameters, optimizer state and sums
+    back before the graph records, so the first replay is the first step."""
+    runner = captured_runner(tmp_path, "graph", "max_iterations=1")
+    agent = runner.agent
+    step = agent._step
+    restore = step.snapshot()
+    before = parameters_of(runner)
+    for _ in range(2):  # steps that move the parameters
+        from omni_sfp.ppo.minibatches import Minibatch
+
+        n, obs = 64, agent.observation_space.shape[0]
+        batch = Minibatch(
+            torch.randn(n, obs, device="cuda"),
+            None,
+            torch.randn(n, 1, device="cuda"),
+            torch.zeros(n, 1, device="cuda"),
+            torch.zeros(n, 1, device="cuda"),
+            torch.ones(n, 1, device="cuda"),
+            torch.ones(n, 1, device="cuda"),
+        )
+        step(*batch.tensors())
+    assert not all(torch.equal(a, b) for a, b in zip(before, parameters_of(runner)))
+    restore()
+    assert all(torch.equal(a, b) for a, b in zip(before, parameters_of(runner)))

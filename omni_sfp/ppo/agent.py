@@ -295,7 +295,9 @@ class SFPPPO(PPO):
         skrl's default on CPU steps parameter by parameter, which for the [2048, 1024, 1024, 512] network
         costs about as much as a bf16 minibatch forward and backward."""
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        self.optimizer = torch.optim.Adam(params, lr=self.cfg.learning_rate[0], fused=True)
+        # capturable: a CUDA graph may record its step (the fused kernel reads its step count and rate on the device
+        # either way, so the arithmetic is the same)
+        self.optimizer = torch.optim.Adam(params, lr=self.cfg.learning_rate[0], fused=True, capturable=True)
         self.checkpoint_modules["optimizer"] = self.optimizer
         if self.scheduler is not None:
             self.scheduler = self.cfg.learning_rate_scheduler[0](

@@ -167,7 +167,8 @@ class DeviceLearningRate:
 
     def attach(self) -> None:
         """Point every parameter group at the device rate, taking the groups' current value (after a
-        ``load_state_dict`` that wrote a number or another tensor there)."""
+        ``load_state_dict`` that wrote a number or another tensor there), and keep the groups capturable (a loaded
+        group takes the saving run's flags; the fused kernel computes the same either way)."""
         current = self.optimizer.param_groups[0]["lr"]
         if current is not self.applied:
             self.rate.fill_(float(current))
@@ -175,6 +176,7 @@ class DeviceLearningRate:
             self.applied.copy_(self.rate)
         for group in self.optimizer.param_groups:
             group["lr"] = self.applied
+            group["capturable"] = True
 
     def set(self, value: float, *, at_most: bool = False) -> None:
         """Set the rate (``at_most``: only lower it to ``value``); on the device, no read."""
