@@ -68,3 +68,15 @@ def test_copies_and_pickles_carry_the_statistics_only():
     clone = copy.deepcopy(ours)
     assert clone._derived is None
     assert_same_results(skrl_scaler, clone, torch.randn(8, 5))
+
+
+def test_training_writes_the_statistics_into_the_same_buffers_so_a_recorded_graph_reads_them():
+    ours, theirs = StandardScaler(3), RunningStandardScaler(3)
+    buffers = [ours.running_mean, ours.running_variance, ours.current_count]
+    addresses = [buffer.data_ptr() for buffer in buffers]
+    for batch in torch.randn(4, 16, 3).unbind():
+        ours(batch, train=True), theirs(batch, train=True)
+    assert [ours.running_mean, ours.running_variance, ours.current_count] == buffers  # the same objects
+    assert [buffer.data_ptr() for buffer in buffers] == addresses
+    for name in ("running_mean", "running_variance", "current_count"):
+        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name

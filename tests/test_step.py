@@ -118,7 +118,7 @@ def test_a_captured_update_equals_the_eager_one_within_the_bound():
         run(agent, agent.cfg.rollouts, seed=0)  # one rollout, one update: 1 epoch x 4 minibatches
         results[capture] = agent
     eager, captured = results["off"], results["compile"]
-    assert captured.capture == "compile" and captured._captured_once
+    assert captured.capture == "compile" and captured._checked == {"step"}
     for name in ("policy_loss", "value_loss", "entropy_loss", "kl"):
         a, b = eager.last_losses[name], captured.last_losses[name]
         assert abs(a - b) <= 1e-4 * abs(a) + FP32_ABSOLUTE, (name, a, b)
@@ -126,6 +126,20 @@ def test_a_captured_update_equals_the_eager_one_within_the_bound():
     for (name, a), b in zip(eager.policy.named_parameters(), captured.policy.parameters()):
         assert (a - b).abs().max() <= steps * SETTINGS["learning_rate"], name
     assert eager.sfp_stats == captured.sfp_stats and captured.sfp_share_rate == 1.0
+
+
+def test_the_act_pair_is_captured_with_the_step_and_counts_as_the_eager_one():
+    results = {}
+    for capture in ("off", "compile"):
+        agent = fused_agent(shared_model())
+        agent.set_capture(capture)
+        torch.manual_seed(11)
+        run(agent, 2 * agent.cfg.rollouts, seed=0)  # the second rollout acts through the compiled pair
+        results[capture] = agent
+    eager, captured = results["off"], results["compile"]
+    assert captured._checked == {"act", "step"}
+    assert captured.sfp_stats == eager.sfp_stats and captured.sfp_share_rate == 1.0
+    assert captured.shareable_calls == eager.shareable_calls
 
 
 def test_a_compiled_minibatch_gives_the_eager_loss_and_gradients_within_the_summation_bound():

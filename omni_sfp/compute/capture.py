@@ -43,17 +43,18 @@ def compile_step(function: Callable) -> Callable:
 class _Graph:
     graph: Any  # torch.cuda.CUDAGraph
     inputs: list[torch.Tensor | None]  # the static buffers the graph reads
+    outputs: Any  # what the step returned when it was captured: tensors in the graph's pool
     key: Any
 
 
 class GraphedStep:
     """``step(*tensors)`` replayed from a CUDA graph, one graph per input layout.
 
-    :param step: the step; it reads its tensor arguments and writes its results into tensors it owns (every
-        tensor it creates lives in the graph's memory pool and is overwritten by the next replay).
+    :param step: the step; it reads its tensor arguments and returns None or a tuple of tensors (every tensor it
+        creates lives in the graph's memory pool and is overwritten by the next replay: a replay returns copies).
     :param snapshot: saves what the step changes in place (parameters, optimizer state, accumulators) and returns
         the function that restores it: called around the warm-up calls, so that capturing leaves the state as it
-        found it.
+        found it (None: the step changes nothing but the random streams).
     :param key: what the graph fixed besides the shapes (parameters by identity and address, ...); called before
         every replay, a different value re-captures. None from it means the step cannot be replayed now.
     :param on_replay: called after each replay (Python that the graph does not run: counters).
@@ -61,9 +62,9 @@ class GraphedStep:
 
     def __init__(
         self,
-        step: Callable[..., None],
+        step: Callable[..., tuple[torch.Tensor, ...] | None],
         *,
-        snapshot: Callable[[], Callable[[], None]],
+        snapshot: Callable[[], Callable[[], None]] | None = None,
         key: Callable[[], Any],
         on_replay: Callable[[], None] | None = None,
     ) -> None:
@@ -72,7 +73,7 @@ class GraphedStep:
         self.captures = 0  # graphs recorded, re-captures included
         self._pool = None  # one memory pool for every graph of this step
 
-    def __call__(self, *tensors: torch.Tensor | None) -> None:
+    def __call__(self, *tensors: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
         layout = tuple(None if t is None else (tuple(t.shape), t.dtype, t.device) for t in tensors)
         key = self.key()
         if key is None:
@@ -86,10 +87,11 @@ class GraphedStep:
         graph.graph.replay()
         if self.on_replay is not None:
             self.on_replay()
+        return None if graph.outputs is None else tuple(output.clone() for output in graph.outputs)
 
     def _capture(self, tensors: Sequence[torch.Tensor | None], key: Any) -> _Graph:
         inputs = [None if t is None else t.detach().clone() for t in tensors]
-        restore = self.snapshot()
+        restore = self.snapshot() if self.snapshot is not None else (lambda: None)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         try:
@@ -103,9 +105,9 @@ class GraphedStep:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=self._pool):
-            self.step(*inputs)
+            outputs = self.step(*inputs)
         self.captures += 1
-        return _Graph(graph, inputs, key)
+        return _Graph(graph, inputs, outputs, key)
 
     def reset(self) -> None:
         """Drop every graph (the next call captures again)."""

@@ -287,7 +287,11 @@ class SFPPPO(PPO):
         self.capture = "off"  # how the minibatch step runs: off (eager), compile, graph (compiled, in a CUDA graph)
         self._graphed: GraphedStep | None = None
         self._step_counts: list[SFPStats] | None = None  # what one eager step added to each cache's counters
-        self._captured_once = False  # the first captured step of a capture was run (a failure there falls back)
+        self._checked: set[str] = (
+            set()
+        )  # the captured calls (step, act) run once since the capture: a failure falls back
+        self._captured_act: Callable | None = None  # the act pair, compiled (or graphed) with the step
+        self._act_counts: list[SFPStats] | None = None  # what one eager act pair added to each cache's counters
         self.capture_fallback: Callable[[str], None] | None = None  # None: a step that fails to capture raises
 
     def _use_fused_adam(self) -> None:
@@ -408,9 +412,45 @@ class SFPPPO(PPO):
 
     # -- skrl hooks ---------------------------------------------------------------------------------------
     def act(self, observations, states, *, timestep: int, timesteps: int):
-        if self.training:
-            self.shareable_calls += 1  # the value call, on the policy call's inputs
-        return super().act(observations, states, timestep=timestep, timesteps=timesteps)
+        """skrl's act; while training, the policy and value pair as one function of tensors (:meth:`_act_pair`),
+        captured with the minibatch step (compiled, in a CUDA graph on CUDA). The first act of a process is eager:
+        the caches' counters show what one pair counts, and a captured pair counts the same."""
+        if not self.training:
+            return super().act(observations, states, timestep=timestep, timesteps=timesteps)
+        self.shareable_calls += 1  # the value call, on the policy call's inputs
+        if self._act_counts is None or self._captured_act is None:
+            before = [dataclasses.replace(cache.stats) for cache in self._caches]
+            actions, log_prob, values = self._act_pair(observations, states)
+            if self._act_counts is None:
+                self._act_counts = [cache.stats - b for cache, b in zip(self._caches, before)]
+        else:
+            captured = self._captured_act
+            actions, log_prob, values = self._captured(
+                "act",
+                lambda: captured(observations, states),
+                self._act_counts,
+                lambda: self._act_pair(observations, states),
+            )
+        self._current_log_prob, self._current_values = log_prob, values
+        return actions, {"log_prob": log_prob}
+
+    def _act_pair(
+        self, observations: torch.Tensor, states: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """skrl's ``PPO.act`` while training, as a function of tensors: the actions, their log-probability and the
+        (unnormalised) value; the value call is served the policy call's trunk (eagerly by the cache's key, in a
+        traced graph by identity)."""
+        inputs = {
+            "observations": self._observation_preprocessor(observations),
+            "states": self._state_preprocessor(states),
+        }
+        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+            actions, outputs = self.policy.act(inputs, role="policy")
+            values, _ = self.value.act(inputs, role="value")
+            values = self._value_preprocessor(values, inverse=True)
+        for cache in self._caches:
+            cache.end_graph()
+        return actions, outputs["log_prob"], values
 
     def record_transition(
         self,
@@ -688,46 +728,43 @@ class SFPPPO(PPO):
     # -- the minibatch step: eager or captured -------------------------------------------------------------------
     def _run_step(self, batch) -> None:
         """One minibatch through the step as :attr:`capture` says. The first step of a process is always eager:
-        it creates the optimizer's state, and the caches' counters show that the pair shares its trunk. The first
-        captured step is checked: one that cannot be compiled or graphed raises :class:`CaptureError`, or, with a
-        :attr:`capture_fallback`, reports why and goes on eagerly."""
+        it creates the optimizer's state, and the caches' counters show that the pair shares its trunk."""
         if self._step_counts is None:
             before = [dataclasses.replace(cache.stats) for cache in self._caches]
             self._step.losses = self._step.loss  # eager, whatever the capture
             self._step(*batch.tensors())
-            self._step_counts = [
-                SFPStats(c.stats.hits - b.hits, c.stats.misses - b.misses, c.stats.bypasses - b.bypasses)
-                for c, b in zip(self._caches, before)
-            ]
+            self._step_counts = [cache.stats - b for cache, b in zip(self._caches, before)]
             self.set_capture(self.capture)
             return
-        if self._captured_once or self.capture == "off":
-            self._captured_step(batch)
-            return
-        try:
-            self._captured_step(batch)
-        except CaptureError:
-            raise
-        except Exception as error:  # noqa: BLE001 - whatever dynamo, inductor or CUDA graphs refuse, in one line
-            reason = f"the PPO step cannot be captured ({self.capture}): {' '.join(str(error).split())[:300]}"
-            self.set_capture("off")
-            if self.capture_fallback is None:
-                raise CaptureError(reason) from None
-            self.capture_fallback(reason + "; eager from here")
-            self._captured_step(batch)
-        self._captured_once = True
-
-    def _captured_step(self, batch) -> None:
         if self.capture == "off":
             self._step(*batch.tensors())
             return
+        step = self._graphed if self._graphed is not None else self._step
+        self._captured("step", lambda: step(*batch.tensors()), self._step_counts, lambda: self._step(*batch.tensors()))
+
+    def _captured(self, kind: str, call: Callable[[], Any], counts: list[SFPStats], eager: Callable[[], Any]) -> Any:
+        """A captured call, counted as its eager twin counted (a captured call counts nothing itself). The first
+        call of each kind after a capture is checked: one that cannot be compiled or graphed raises
+        :class:`CaptureError`, or, with a :attr:`capture_fallback`, reports why and runs ``eager`` instead."""
         saved = [dataclasses.replace(cache.stats) for cache in self._caches]
-        if self._graphed is None:
-            self._step(*batch.tensors())
+        if kind in self._checked:
+            result = call()
         else:
-            self._graphed(*batch.tensors())
-        for cache, before, added in zip(self._caches, saved, self._step_counts):
-            cache.stats = before + added  # a captured step counts nothing itself: count what the eager one counted
+            try:
+                result = call()
+            except CaptureError:
+                raise
+            except Exception as error:  # noqa: BLE001 - whatever dynamo, inductor or CUDA graphs refuse, in one line
+                reason = f"the PPO {kind} cannot be captured ({self.capture}): {' '.join(str(error).split())[:300]}"
+                self.set_capture("off")
+                if self.capture_fallback is None:
+                    raise CaptureError(reason) from None
+                self.capture_fallback(reason + "; eager from here")
+                return eager()
+            self._checked.add(kind)
+        for cache, before, added in zip(self._caches, saved, counts):
+            cache.stats = before + added
+        return result
 
     def set_capture(self, mode: str) -> None:
         """How the minibatch step runs from now on: ``"off"`` (eager), ``"compile"`` (``torch.compile``, one graph)
@@ -743,18 +780,26 @@ class SFPPPO(PPO):
             if problem is not None:
                 raise CaptureError(f"the PPO step cannot be captured: {problem}")
         self.capture = mode
-        self._captured_once = False
+        self._checked = set()
         if self._step_counts is None:  # decided before the first (eager) step: applied after it
             return
         self._step.losses = compile_step(self._step.loss) if mode != "off" else self._step.loss
         self._graphed = None
+        self._captured_act = compile_step(self._act_pair) if mode != "off" else None
         if mode == "graph":
             self._graphed = GraphedStep(self._step, snapshot=self._step.snapshot, key=self._capture_key)
+            self._captured_act = GraphedStep(self._captured_act, key=self._capture_key)
+
+    def _preprocessors(self) -> list[torch.nn.Module]:
+        """The normalisers a captured act reads (skrl's empty preprocessor is a function, no module)."""
+        found = (self._observation_preprocessor, self._state_preprocessor, self._value_preprocessor)
+        return [p for p in found if isinstance(p, torch.nn.Module)]
 
     def _capture_key(self) -> tuple | None:
-        """What a CUDA graph of the step fixed: the models (:func:`omni_sfp.sfp.cache.capture_key`) and the
-        addresses of the optimizer's state, which a ``load_state_dict`` replaces."""
-        models = capture_key(*self._models)
+        """What a CUDA graph of the step or the act fixed: the models and normalisers
+        (:func:`omni_sfp.sfp.cache.capture_key`) and the addresses of the optimizer's state, which a
+        ``load_state_dict`` replaces."""
+        models = capture_key(*self._models, *self._preprocessors())
         if models is None:
             return None
         optimizer = tuple(
@@ -771,7 +816,7 @@ class SFPPPO(PPO):
             return "a multi-process run reduces its gradients between the processes in every step"
         if self.cfg.kl_threshold:
             return "train.ppo.kl_threshold stops an epoch on a host read"
-        if capture_key(*self._models) is None:
+        if capture_key(*self._models, *self._preprocessors()) is None:
             return "a module hook is registered (a graph would not call it)"
         drew = [c.bypasses for cache, c in zip(self._caches, self._step_counts or []) if cache.cache_check != "off"]
         if any(drew):  # a keyed cache bypassed a call of the eager step: the trunk drew random numbers

@@ -16,9 +16,9 @@ class StandardScaler(RunningStandardScaler):
     """skrl's ``RunningStandardScaler``, keeping the float32 mean, standard deviation and ``std + epsilon``
     that it derives from its float64 statistics on every call, until the statistics change.
 
-    The statistics change in training calls only (skrl replaces the buffers) or by a load (an in-place copy):
-    the derived tensors are rebuilt when a buffer is another object, has another data pointer or another
-    version. Every result equals skrl's bit for bit (the same operations on the same values); a normalising
+    The statistics change in training calls (written into the same buffers, :meth:`_parallel_variance`) or by a
+    load (an in-place copy): the derived tensors are rebuilt when a buffer is another object, has another data
+    pointer or another version. Every result equals skrl's bit for bit (the same operations on the same values); a normalising
     call launches 3 kernels instead of 7, an inverse one 3 instead of 6. A rollout step makes two of them.
     """
 
@@ -28,6 +28,9 @@ class StandardScaler(RunningStandardScaler):
 
     def _statistics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         mean, variance = self.running_mean, self.running_variance
+        if torch.compiler.is_compiling():  # a captured act: the graph derives them (no pointers in a graph)
+            std = torch.sqrt(variance.float())
+            return mean.float(), std, std + self.epsilon
         # None for an inference tensor, which has no version counter: then nothing is kept
         state = tuple((t.data_ptr(), None if t.is_inference() else t._version) for t in (mean, variance))
         derived = self._derived
@@ -36,6 +39,20 @@ class StandardScaler(RunningStandardScaler):
             derived = (mean, variance, state, mean.float(), std, std + self.epsilon)
             self._derived = None if any(version is None for _, version in state) else derived
         return derived[3:]
+
+    def _parallel_variance(self, input_mean: torch.Tensor, input_var: torch.Tensor, input_count: int) -> None:
+        """skrl's update of the statistics, written into the same buffers: skrl assigns new tensors, and a captured
+        act (a CUDA graph) reads the statistics from the addresses it recorded. The same values, bit for bit."""
+        mean, variance, count = self.running_mean, self.running_variance, self.current_count
+        super()._parallel_variance(input_mean, input_var, input_count)
+        with torch.no_grad():
+            for kept, new in (
+                (mean, self.running_mean),
+                (variance, self.running_variance),
+                (count, self.current_count),
+            ):
+                kept.copy_(new)
+        self.running_mean, self.running_variance, self.current_count = mean, variance, count
 
     def _compute(self, x: torch.Tensor, *, train: bool = False, inverse: bool = False) -> torch.Tensor:
         if train:

@@ -75,6 +75,9 @@ class SFPStats:
     def __add__(self, other: SFPStats) -> SFPStats:
         return SFPStats(self.hits + other.hits, self.misses + other.misses, self.bypasses + other.bypasses)
 
+    def __sub__(self, other: SFPStats) -> SFPStats:
+        return SFPStats(self.hits - other.hits, self.misses - other.misses, self.bypasses - other.bypasses)
+
 
 def _tensor_version(tensor: torch.Tensor) -> int | None:
     """The in-place version counter, or None for inference-mode tensors, which have none."""
