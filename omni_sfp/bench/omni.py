@@ -76,7 +76,15 @@ def build_omni(env, work: Work, row: Row, *, device: str, seed: int):
 def run_omni(env, work: Work, row: Row, *, device: str, seed: int, on_update: Callable[[], None]) -> dict[str, Any]:
     """Train ``work.total_updates`` updates with omni-sfp on ``env``; ``on_update`` after each."""
     agent, choices = build_omni(env, work, row, device=device, seed=seed)
-    Learner(env, agent, iterations=work.total_updates, log=lambda progress, losses: on_update()).learn()
+    # a captured row runs one iteration before the clock: its act pair is compiled in its second rollout (the first
+    # act of a process is eager), and that compile belongs with the step's, before the timed window
+    extra = 1 if row.capture else 0
+
+    def log(progress, losses) -> None:
+        if progress.iteration > extra:
+            on_update()
+
+    Learner(env, agent, iterations=work.total_updates + extra, log=log).learn()
     # fused Adam: train.ppo.fused_optimizer, where present
     info = {
         "fused_adam": bool(agent.optimizer.defaults.get("fused")),

@@ -391,3 +391,17 @@ def test_bare_ppo_learns_cartpole():
     per_update = [sum(ends[i : i + work.horizon]) for i in range(0, len(ends), work.horizon)]
     first, last = (work.batch_size * 3 / max(sum(part), 1) for part in (per_update[:3], per_update[-3:]))
     assert first < 40 and last > 150, (first, last)
+
+
+def test_the_isaaclab_preset_is_humanoid_sized_and_scaled_down_on_a_cpu():
+    from omni_sfp.bench.configs import preset_work
+    from omni_sfp.bench.envs import make_bench_env
+
+    gpu, _ = preset_work("isaaclab", "cuda")
+    cpu, _ = preset_work("isaaclab", "cpu")
+    for work in (gpu, cpu):
+        assert work.units == (400, 200, 100) and (work.observation_size, work.action_size) == (87, 21)
+        assert (work.horizon, work.epochs, work.mini_batches) == (32, 5, 4)
+    assert gpu.num_envs == 4096 and cpu.num_envs == 256
+    env = make_bench_env(cpu, device="cpu", seed=0)
+    assert env.observation_space.shape == (87,) and env.action_space.shape == (21,)
