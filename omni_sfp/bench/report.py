@@ -58,6 +58,8 @@ def summarize(rows: list[Row], runs: dict[str, list[dict[str, Any]]], work: Work
             )
         if all("first_update_s" in run for run in runs[row.id]):
             entries[-1]["first_update_s"] = spread([run["first_update_s"] for run in runs[row.id]])
+        if all("cpu_seconds" in run for run in runs[row.id]):
+            entries[-1]["cpu_update_s"] = spread([run["cpu_seconds"] / work.updates for run in runs[row.id]])
         flops = runs[row.id][0].get("flops_per_update")
         entries[-1]["tflops"] = None if flops is None else flops / entries[-1]["update_s"]["median"] / 1e12
     median = {e["id"]: e["run_s"]["median"] for e in entries}
@@ -267,11 +269,24 @@ def markdown(report: dict[str, Any]) -> str:
             "",
         ]
         lines += [f"- {e['label']}: {e['vs_bare_ppo']:.3f}x" for e in overhead]
+    cpu = {e["id"]: e["cpu_update_s"]["median"] for e in report["rows"] if "cpu_update_s" in e}
+    if cpu and meta["device"] == "cpu":
+        lines += [
+            "",
+            "CPU seconds per update (the process's CPU time in the timed window, medians; with one thread a "
+            "steadier measure than wall time on a machine shared with other work):",
+            "",
+        ]
+        for e in report["rows"]:
+            if e["id"] in cpu:
+                bare = cpu.get(f"bare-ppo-{e['precision']}")
+                versus = f" ({cpu[e['id']] / bare:.3f}x bare-torch PPO)" if bare and e["framework"] != "bare" else ""
+                lines.append(f"- {e['label']}: {cpu[e['id']]:.3f} s{versus}")
     payback = compile_payback(report["rows"])
     if payback:
         lines += [
             "",
-            "torch.compile of the trunk against the same row eager (medians):",
+            "torch.compile (the trunk, or the captured step) against the same row eager (medians):",
             "",
             "| row | compile cost | saved per update | pays back after |",
             "|---|---|---|---|",

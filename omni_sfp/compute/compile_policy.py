@@ -273,10 +273,13 @@ class AutoCompile(MeasuredSwitch):
 
 
 # What capturing the PPO step costs once and saves per iteration. CPU: measured by the benchmark (the
-# omni-sfp-*-captured rows against the eager ones). CUDA: not yet measured on a GPU; an estimate (a fresh compile
+# omni-sfp-*-captured rows against the eager ones: python -m omni_sfp.bench table --preset cpu --rows
+# omni-sfp-fp32,omni-sfp-fp32-captured). CUDA: not yet measured on a GPU; an estimate (a fresh compile
 # of forward and backward, and an update that is host-bound: docs/benchmarks.md), which the measured check after
 # the first captured iterations corrects either way.
 CAPTURE_COSTS: dict[tuple[str, bool], CompileCost] = {
+    # the cpu preset's big network is bound by its matrix products: the captured step saved nothing (-1.4%)
+    ("cpu", False): CompileCost(29.1, 0.0, "cpu preset, fp32, AMD EPYC Zen 3 (AVX2), 2026-12-07"),
     ("cuda", False): CompileCost(90.0, 0.3, "estimate: not yet measured on a GPU"),
     ("cuda", True): CompileCost(90.0, 0.5, "estimate: not yet measured on a GPU"),
 }

@@ -395,8 +395,7 @@ class SFPPPO(PPO):
         self.clear_caches()
         if self._device_rate is not None:
             self._device_rate.attach()  # the loaded groups hold a number (or a tensor of the saving run)
-        if self._graphed is not None:
-            self._graphed.reset()  # the loaded optimizer state lives in new tensors
+        self._reset_graphs()  # the loaded optimizer state lives in new tensors
         if models_only:
             return
         self.scaler.load_state_dict(state["scaler"])
@@ -790,6 +789,12 @@ class SFPPPO(PPO):
             self._graphed = GraphedStep(self._step, snapshot=self._step.snapshot, key=self._capture_key)
             self._captured_act = GraphedStep(self._captured_act, key=self._capture_key)
 
+    def _reset_graphs(self) -> None:
+        """Drop the recorded CUDA graphs (the next call records again): after a load replaced tensors they read."""
+        for graphed in (self._graphed, self._captured_act):
+            if isinstance(graphed, GraphedStep):
+                graphed.reset()
+
     def _preprocessors(self) -> list[torch.nn.Module]:
         """The normalisers a captured act reads (skrl's empty preprocessor is a function, no module)."""
         found = (self._observation_preprocessor, self._state_preprocessor, self._value_preprocessor)
@@ -916,8 +921,7 @@ class SFPPPO(PPO):
         self.clear_caches()
         if self._device_rate is not None:
             self._device_rate.attach()
-        if self._graphed is not None:
-            self._graphed.reset()
+        self._reset_graphs()
         self.scaler.load_state_dict(snapshot["scaler"])
         if self.scheduler:
             self.scheduler.load_state_dict(snapshot["scheduler"])
