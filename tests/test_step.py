@@ -140,6 +140,11 @@ def test_the_act_pair_is_captured_with_the_step_and_counts_as_the_eager_one():
     assert captured._checked == {"act", "step"}
     assert captured.sfp_stats == eager.sfp_stats and captured.sfp_share_rate == 1.0
     assert captured.shareable_calls == eager.shareable_calls
+    observations = torch.randn(5, BOX_OBS.shape[0])
+    _, outputs = captured.act(observations, None, timestep=0, timesteps=0)  # the compiled pair
+    inputs = {"observations": captured._observation_preprocessor(observations)}
+    deterministic = captured.policy.act(inputs, role="policy")[1]["mean_actions"]
+    assert torch.allclose(outputs["mean_actions"], deterministic, rtol=FP32_RELATIVE, atol=FP32_ABSOLUTE)
 
 
 def test_a_compiled_minibatch_gives_the_eager_loss_and_gradients_within_the_summation_bound():

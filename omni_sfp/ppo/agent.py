@@ -419,25 +419,26 @@ class SFPPPO(PPO):
         self.shareable_calls += 1  # the value call, on the policy call's inputs
         if self._act_counts is None or self._captured_act is None:
             before = [dataclasses.replace(cache.stats) for cache in self._caches]
-            actions, log_prob, values = self._act_pair(observations, states)
+            actions, log_prob, values, mean_actions = self._act_pair(observations, states)
             if self._act_counts is None:
                 self._act_counts = [cache.stats - b for cache, b in zip(self._caches, before)]
         else:
             captured = self._captured_act
-            actions, log_prob, values = self._captured(
+            actions, log_prob, values, mean_actions = self._captured(
                 "act",
                 lambda: captured(observations, states),
                 self._act_counts,
                 lambda: self._act_pair(observations, states),
             )
         self._current_log_prob, self._current_values = log_prob, values
-        return actions, {"log_prob": log_prob}
+        return actions, {"log_prob": log_prob, "mean_actions": mean_actions}
 
     def _act_pair(
         self, observations: torch.Tensor, states: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """skrl's ``PPO.act`` while training, as a function of tensors: the actions, their log-probability and the
-        (unnormalised) value; the value call is served the policy call's trunk (eagerly by the cache's key, in a
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """skrl's ``PPO.act`` while training, as a function of tensors: the actions, their log-probability, the
+        (unnormalised) value and the deterministic action (``mean_actions``, which a player of the policy reads as
+        it reads skrl's act outputs); the value call is served the policy call's trunk (eagerly by the cache's key, in a
         traced graph by identity)."""
         inputs = {
             "observations": self._observation_preprocessor(observations),
@@ -449,7 +450,7 @@ class SFPPPO(PPO):
             values = self._value_preprocessor(values, inverse=True)
         for cache in self._caches:
             cache.end_graph()
-        return actions, outputs["log_prob"], values
+        return actions, outputs["log_prob"], values, outputs["mean_actions"]
 
     def record_transition(
         self,
