@@ -250,20 +250,10 @@ def _run(argv: list[str]):
         refuse_sweeps(argv)
         cfg = load_config(argv)
         draw_seed(cfg)
-        if cfg.train.models.compile is not True and cfg.train.capture is not True:
-            # eager (or auto: eager first) traces nothing yet: skip torch._dynamo's import (~4 s); compile_trunk and
-            # capture.compile_step restore torch's guards if auto compiles
-            from omni_sfp.compute.coldstart import defer_dynamo_import
-
-            defer_dynamo_import()
         from omni_sfp.compute.device import precision_note
         from omni_sfp.run.runner import Runner
 
         runner = Runner(cfg)
-        if cfg.train.models.compile is not True and cfg.train.capture is not True:
-            from omni_sfp.compute.coldstart import eager_optimizer_step
-
-            eager_optimizer_step(runner.agent.optimizer)
     except _bad_input() as error:
         _error(error)
         return Outcome(EXIT_USAGE)

@@ -103,7 +103,7 @@ def decide_compile(
 
 def compile_trunk(model: Any) -> None:
     """Compile a ``SharedActorCritic``'s MLP inside its cache (the keys stay in Python, the math is fused), or
-    the network of a separate model; torch's dynamo guards are restored first (omni_sfp.compute.coldstart).
+    the network of a separate model.
 
     The network stays where it is and only its ``forward`` is compiled, so its parameter names, and so the
     checkpoints, are those of the eager model: a run that ``auto`` compiled resumes or plays eager or compiled
@@ -113,10 +113,7 @@ def compile_trunk(model: Any) -> None:
     """
     import torch
 
-    from omni_sfp.compute.coldstart import restore_dynamo_guards
-
     network = _network(model)
-    restore_dynamo_guards()
     network.forward = types.MethodType(torch.compile(type(network).forward), network)
 
 
