@@ -81,9 +81,10 @@ def run(overrides: list[str], *, iterations: int, every: int, threads: int, warm
     from skrl.utils import set_seed
 
     from omni_sfp.compute.device import resolve_device
+    from omni_sfp.config.values import num_envs
     from omni_sfp.envs.registry import make_env
     from omni_sfp.ppo.loop import Learner
-    from omni_sfp.run.compose import load_config, num_envs
+    from omni_sfp.run.compose import load_config
     from omni_sfp.run.runner import build_agent, build_models
     from omni_sfp.sfp.cache import sfp_modules
 
