@@ -40,7 +40,7 @@ ALPHA = 0.05
 class QualityConfig:
     """One row: which trainer, and for omni-sfp's runner whether the trunk runs once and autocast is on."""
 
-    key: str  # what ``--quality-configs`` selects it by
+    key: str  # what ``quality --configs`` selects it by
     name: str
     single_forward_pass: bool = True
     mixed_precision: bool = False

@@ -4,7 +4,7 @@ Compiling fuses bias, activation and dtype casts around the trunk's matrix produ
 of every iteration, but the first compiled calls cost tens of seconds (tracing, then inductor's C++ or
 Triton code). ``train.models.compile: auto`` therefore compares the time compiling would save over the
 iterations left, measured on the run's own eager iterations, with the compile cost measured by the
-benchmark (``python -m omni_sfp.bench --rows omni-sfp-mixed,omni-sfp-mixed-compiled``: the table's
+benchmark (``python -m omni_sfp.bench table --rows omni-sfp-mixed,omni-sfp-mixed-compiled``: the table's
 "torch.compile" section gives both numbers). The runner asks after its first eager iterations, prints the
 decision's reason, and compiles with :func:`compile_trunk`.
 

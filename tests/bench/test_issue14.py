@@ -146,9 +146,9 @@ def test_the_gpu_script_refuses_cuda_without_a_gpu_in_one_line(capsys):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["--train-args", "num_envs=8"], "--train-args applies only with --cold-start"),
-        (["--cold-start", "--quality"], "--cold-start and --quality are two modes"),
-        (["--cold-start", "--units", "8"], "--units does not apply with --cold-start"),
+        (["coldstart", "--repetitions", "0"], "argument --repetitions: '0' is not a positive integer"),
+        (["coldstart", "--device", "cpu"], "unrecognized arguments: --device cpu"),
+        (["coldstart", "--units", "8"], "unrecognized arguments: --units 8"),
     ],
 )
 def test_cold_start_mode_errors_are_one_line(args, expected, capsys):
