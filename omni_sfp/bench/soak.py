@@ -31,8 +31,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 def resident_mb() -> float:
     """Current resident set size in MB (VmRSS); the peak (ru_maxrss) where /proc is not available."""
@@ -48,6 +46,8 @@ def resident_mb() -> float:
 
 def live_tensors() -> tuple[int, float, int]:
     """Torch tensors alive (count, MB of their storage) and how many hold an autograd graph."""
+    import torch
+
     count, nbytes, with_graph = 0, 0, 0
     with warnings.catch_warnings():  # isinstance() on deprecated torch module attributes warns
         warnings.simplefilter("ignore")
@@ -77,6 +77,7 @@ def slope_per_100(points: list[tuple[int, float]]) -> float:
 
 
 def run(overrides: list[str], *, iterations: int, every: int, threads: int, warmup: int) -> dict[str, Any]:
+    import torch
     from omegaconf import OmegaConf
     from skrl.utils import set_seed
 

@@ -431,3 +431,21 @@ def test_the_isaaclab_preset_is_humanoid_sized_and_scaled_down_on_a_cpu():
     assert gpu.num_envs == 4096 and cpu.num_envs == 256
     env = make_bench_env(cpu, device="cpu", seed=0)
     assert env.observation_space.shape == (87,) and env.action_space.shape == (21,)
+
+
+def test_soak_runs_as_a_command_and_finds_no_graph_kept(tmp_path, capsys):
+    out = tmp_path / "soak.json"
+    small = ["num_envs=8", "train.models.units=[8]", "train.ppo.rollouts=4", "train.ppo.mini_batches=2"]
+    assert main(["soak", "--iterations", "3", "--warmup", "1", "--out", str(out), *small]) == 0
+    result = json.loads(out.read_text())
+    assert [s["iteration"] for s in result["samples"]] == [1, 2, 3]
+    assert result["summary"]["cache_entries_with_graph"] == 0 and result["summary"]["sfp_share_rate"] == 1.0
+    assert "[soak] RSS" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_gpu_hands_its_arguments_to_the_gpu_script(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["gpu", "--device", "cuda"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("omni_sfp.bench.gpu: error: --device cuda: CUDA is not available")
