@@ -34,7 +34,7 @@ class CompileCost:
     source: str  # where the numbers come from
 
 
-# Measured (docs/benchmarks.md, "torch.compile"): the cpu preset's big network, 2 CPU cores, torch 2.13.
+# Measured (docs/dev/benchmark-log.md, "torch.compile"): the cpu preset's big network, 2 CPU cores, torch 2.13.
 # No measurement exists for CUDA yet, so auto stays eager there (and says so).
 MEASURED: dict[tuple[str, bool], CompileCost] = {
     ("cpu", False): CompileCost(25.3, 0.045, "cpu preset, fp32, AMD EPYC with avx512_bf16, 2026-12-02"),
