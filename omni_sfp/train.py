@@ -162,8 +162,19 @@ def _bad_input() -> tuple[type[Exception], ...]:
     from omni_sfp.envs.registry import MissingDependencyError, UnknownTaskError
     from omni_sfp.run.checkpoint import CheckpointError
     from omni_sfp.run.compose import ConfigError
+    from omni_sfp.run.outputs.base import OutputError
 
-    return ConfigError, CheckpointError, UnknownTaskError, MissingDependencyError, IsaacLabError, OIGEError
+    return ConfigError, CheckpointError, OutputError, UnknownTaskError, MissingDependencyError, IsaacLabError, OIGEError
+
+
+def _load_checked(overrides: list[str]):
+    """The composed, validated config, its outputs' settings checked too (what the runner checks first)."""
+    from omni_sfp.run.compose import load_config
+    from omni_sfp.run.outputs.base import check_config
+
+    cfg = load_config(overrides)
+    check_config(cfg)
+    return cfg
 
 
 def _show_config(overrides: list[str], which: str, *, resolve: bool) -> int:
@@ -177,12 +188,11 @@ def _show_config(overrides: list[str], which: str, *, resolve: bool) -> int:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from omni_sfp.run.compose import load_config
     from omni_sfp.run.sweep import refuse_sweeps
 
     try:
         refuse_sweeps(overrides)
-        text = OmegaConf.to_yaml(load_config(overrides), resolve=resolve)
+        text = OmegaConf.to_yaml(_load_checked(overrides), resolve=resolve)
     except (*_bad_input(), OmegaConfBaseException) as error:
         _error(" ".join(str(error).split()))
         return EXIT_USAGE
@@ -193,7 +203,7 @@ def _show_config(overrides: list[str], which: str, *, resolve: bool) -> int:
 def _multirun(overrides: list[str]) -> int:
     """``-m``: every job's config is validated before the first starts; then the jobs run one after another in
     this process (Hydra's basic launcher), each as a single run with its own run folder, and a table sums up."""
-    from omni_sfp.run.compose import ConfigError, load_config
+    from omni_sfp.run.compose import ConfigError
     from omni_sfp.run.sweep import expand, table
 
     try:
@@ -203,7 +213,7 @@ def _multirun(overrides: list[str]) -> int:
         return EXIT_USAGE
     for number, job in enumerate(jobs, start=1):
         try:
-            load_config(job.overrides)
+            _load_checked(job.overrides)
         except _bad_input() as error:
             _error(f"multirun job {number}/{len(jobs)} ({job.name()}): {error}; no job was run")
             return EXIT_USAGE
@@ -250,30 +260,20 @@ def _run(argv: list[str]):
         refuse_sweeps(argv)
         cfg = load_config(argv)
         draw_seed(cfg)
-        if cfg.train.models.compile is not True and cfg.train.capture is not True:
-            # eager (or auto: eager first) traces nothing yet: skip torch._dynamo's import (~4 s); compile_trunk and
-            # capture.compile_step restore torch's guards if auto compiles
-            from omni_sfp.compute.coldstart import defer_dynamo_import
-
-            defer_dynamo_import()
         from omni_sfp.compute.device import precision_note
         from omni_sfp.run.runner import Runner
 
         runner = Runner(cfg)
-        if cfg.train.models.compile is not True and cfg.train.capture is not True:
-            from omni_sfp.compute.coldstart import eager_optimizer_step
-
-            eager_optimizer_step(runner.agent.optimizer)
     except _bad_input() as error:
         _error(error)
         return Outcome(EXIT_USAGE)
 
-    if cfg.test:
-        from omni_sfp.run.outputs.video import VideoError
+    from omni_sfp.run.outputs.base import OutputError
 
+    if cfg.test:
         try:
             mean_return = runner.test()
-        except (CheckpointError, VideoError) as error:
+        except (CheckpointError, OutputError) as error:
             _error(error)
             return Outcome(EXIT_USAGE)
         shown = "no episode finished" if mean_return is None else f"{mean_return:.2f}"
@@ -293,12 +293,9 @@ def _run(argv: list[str]):
             f"{precision_note(runner.device, cfg.train.mixed_precision)} | run folder {runner.run_dir}{resumed}",
             flush=True,
         )
-    from omni_sfp.run.outputs.video import VideoError
-    from omni_sfp.run.outputs.wandb_logging import WandbError
-
     try:
         summary = runner.train()
-    except (CheckpointError, VideoError, WandbError, CaptureError) as error:
+    except (CheckpointError, OutputError, CaptureError) as error:  # e.g. a task that renders no frame
         _error(error)
         return Outcome(EXIT_USAGE, run_dir=runner.run_dir)
     except NonFiniteError as error:  # every rank of a multi-process run says it; rank 0 knows the checkpoint

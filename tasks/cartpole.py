@@ -16,7 +16,7 @@ class Cartpole(VecTask):
     The dynamics are the classic cart-pole equations (Barto, Sutton & Anderson 1983; a uniform rod on a
     frictionless cart) integrated with semi-implicit Euler at ``SIM_DT`` = 1/60 s, ``SUBSTEPS`` = 2 per
     control step (30 Hz control: OmniIsaacGymEnvs' ``controlFrequencyInv``, but twice its ``dt`` of 1/120 s, so
-    an episode lasts twice as long in seconds; docs/benchmarks.md, "Learning quality"). Observation: cart position (m),
+    an episode lasts twice as long in seconds; docs/dev/benchmark-log.md, "Learning quality"). Observation: cart position (m),
     cart velocity (m/s), pole angle (rad, 0 upright, positive leaning towards +x) and pole angular velocity
     (rad/s). Action: one force in [-1, 1] (clipped) times ``max_effort``. Reward, as OmniIsaacGymEnvs'
     Cartpole: ``1 - angle^2 - 0.01 |cart_vel| - 0.005 |pole_vel|``, or -2 on the step that terminates the

@@ -251,3 +251,12 @@ def test_shared_model_cache_and_counts_stay_honest():
         with torch.no_grad():
             final_value, _ = model.act({"observations": infos[FINAL_OBSERVATIONS]}, role="value")
         torch.testing.assert_close(stored, rewards + GAMMA * final_value * truncated)
+
+
+def test_the_settings_doc_line_says_what_these_tests_check():
+    """The line README's table and cfg/train/PPO.yaml carry for ``train.ppo.time_limit_bootstrap`` names the two
+    values checked above (the final observation's, else the current step's), not skrl's next observation."""
+    from omni_sfp.config.schema import setting
+
+    doc = setting("train.ppo.time_limit_bootstrap").doc
+    assert "final observation" in doc and "current step's value" in doc and "next observation" not in doc

@@ -13,10 +13,11 @@ import pytest
 import torch
 from skrl.utils import set_seed
 
+from omni_sfp.config.values import max_iterations
 from omni_sfp.envs.registry import make_env
 from omni_sfp.ppo.loop import Learner
 from omni_sfp.run import checkpoint as ckpt
-from omni_sfp.run.compose import load_config, max_iterations
+from omni_sfp.run.compose import load_config
 from omni_sfp.run.folder import Checkpoints
 from omni_sfp.run.runner import build_agent, build_models
 

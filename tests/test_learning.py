@@ -1,6 +1,6 @@
 """A reduced quality check (slow tier): the default Cartpole and LQR60x8 training configs still learn, so a
 learning regression fails CI. The full check, 10 seeds per task and the peers' rows, is ``python -m
-omni_sfp.bench --quality`` (docs/benchmarks.md, "Learning quality").
+omni_sfp.bench quality`` (docs/benchmarks.md, "Learning quality").
 
 On 2026-12-03 (AMD EPYC, one thread per run) the defaults gave Cartpole 490.1-499.4 over seeds 0-19 (solved is
 475) and LQR60x8 1.103-1.161x the Riccati optimum's cost over seeds 0-9 (solved is 1.25x). Which seed ends where depends on

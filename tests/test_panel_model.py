@@ -416,10 +416,10 @@ def test_one_run_at_a_time(fake, monkeypatch):
 def test_test_needs_an_existing_checkpoint_then_runs_with_test_true(fake, monkeypatch, tmp_path):
     model, argv_file = fake
     monkeypatch.setenv("FAKE_RUNNER_MODE", "train")
-    with pytest.raises(ToggleError, match=r"checkpoint='' is not allowed: expected the path of a saved agent"):
+    with pytest.raises(ToggleError, match=r"checkpoint='' is not allowed: expected a run folder or a checkpoint file"):
         model.start_test()
     model.set("checkpoint", "missing.pt")
-    with pytest.raises(ToggleError, match=r"checkpoint='missing.pt' is not allowed: expected an existing file"):
+    with pytest.raises(ToggleError, match=r"checkpoint='missing.pt' is not allowed: expected an existing run folder"):
         model.start_test()
     (tmp_path / "agent.pt").write_bytes(b"")
     model.set("checkpoint", "agent.pt")  # relative to the runner's working directory
@@ -427,6 +427,52 @@ def test_test_needs_an_existing_checkpoint_then_runs_with_test_true(fake, monkey
     wait_for(model)
     argv = json.loads(argv_file.read_text())
     assert "test=true" in argv and "checkpoint=agent.pt" in argv
+
+
+def test_test_takes_a_run_folder_as_the_command_line_does(fake, monkeypatch, tmp_path):
+    """The panel's Test accepts exactly the checkpoints ``python -m omni_sfp.train test=true checkpoint=...``
+    accepts: a file, or a run folder with checkpoints/last.pt (omni_sfp.run.checkpoint.resolve)."""
+    from omni_sfp.run.checkpoint import CheckpointError, resolve
+
+    model, argv_file = fake
+    monkeypatch.setenv("FAKE_RUNNER_MODE", "train")
+    run = tmp_path / "runs" / "Cartpole" / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (tmp_path / "empty_run").mkdir()
+    (tmp_path / "agent.pt").write_bytes(b"")
+    for path in ("runs/Cartpole/run", "empty_run", "agent.pt", "nothing"):
+        try:
+            resolve(tmp_path / path)
+            cli_accepts = True
+        except CheckpointError:
+            cli_accepts = False
+        model.set("checkpoint", path)
+        try:
+            model.start_test()
+            wait_for(model)
+            panel_accepts = True
+        except ToggleError:
+            panel_accepts = False
+        assert panel_accepts == cli_accepts, path
+        if path == "runs/Cartpole/run":
+            assert not cli_accepts  # no checkpoint in it yet
+            (run / "checkpoints" / "last.pt").write_bytes(b"")
+            model.start_test()
+            wait_for(model)
+            assert "checkpoint=runs/Cartpole/run" in json.loads(argv_file.read_text())
+
+
+def test_each_runs_temporary_folder_is_removed_by_the_next_start_and_at_shutdown(fake, monkeypatch):
+    model, _ = fake
+    monkeypatch.setenv("FAKE_RUNNER_MODE", "train")
+    first = Path(model.start_training().run_dir)
+    wait_for(model)
+    assert (first / "stdout.log").is_file()  # kept while the readout shows that run
+    second = Path(model.start_training().run_dir)
+    assert not first.exists() and second.is_dir()
+    wait_for(model)
+    model.shutdown()
+    assert not second.exists()
 
 
 def test_progress_lines_are_read_only_when_complete_and_bad_lines_are_counted(fake, monkeypatch):

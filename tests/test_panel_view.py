@@ -287,7 +287,7 @@ def test_test_without_a_checkpoint_is_an_error_in_the_panel(view):
     ui, model, _ = view
     ui.button("Test").click()
     error = error_label(ui)
-    assert error.text.startswith("checkpoint='' is not allowed: expected the path of a saved agent")
+    assert error.text.startswith("checkpoint='' is not allowed: expected a run folder or a checkpoint file")
     assert model.readout.state == "idle"
 
 

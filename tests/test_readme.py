@@ -120,3 +120,104 @@ def test_the_docs_commands_name_runnable_modules():
     import importlib.util
 
     assert [m for m in sorted(commands) if importlib.util.find_spec(m) is None] == []
+
+
+BENCH_INLINE = re.compile(r"`{1,2}((?:\S*/)?python -m omni_sfp\.bench(?:\.\w+)?(?:\s[^`]*)?)`{1,2}")
+BENCH_LINE = re.compile(r"^\s*((?:\S*/)?python -m omni_sfp\.bench(?:\.\w+)? .*)$", re.MULTILINE)
+
+
+def bench_commands(text: str) -> list[str]:
+    """Every ``python -m omni_sfp.bench...`` command in ``text``: inline code, and lines of code blocks."""
+    return [" ".join(c.split()) for c in BENCH_INLINE.findall(text) + BENCH_LINE.findall(text) if "`" not in c]
+
+
+def bench_command_problem(command: str) -> str | None:
+    """Why the benchmark's parser refuses ``command`` (None: it parses; placeholders like ``<x>`` are skipped)."""
+    import contextlib
+    import io
+    import shlex
+
+    from omni_sfp.bench import __main__ as bench
+    from omni_sfp.bench import gpu, soak
+    from omni_sfp.bench.cli import Parser
+
+    words = shlex.split(command, comments=True)
+    module, argv = words[2], words[3:]
+    if not argv and module == "omni_sfp.bench":  # the tool's name, not a command
+        return None
+    if any("<" in word or word == "..." for word in argv) or module == "omni_sfp.bench.worker":  # internal
+        return None
+    if module == "omni_sfp.bench" and argv[:1] == ["gpu"]:
+        module, argv = "omni_sfp.bench.gpu", argv[1:]
+    if module == "omni_sfp.bench.soak":
+        parser = Parser(prog="soak")
+        soak.add_arguments(parser)
+    else:
+        parser = {"omni_sfp.bench": bench.build_parser, "omni_sfp.bench.gpu": gpu.build_parser}[module]()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            parser.parse_args(argv)
+    except SystemExit as exit_info:
+        return None if exit_info.code == 0 else err.getvalue().strip()
+    return None
+
+
+def test_every_benchmark_command_in_the_docs_and_docstrings_parses():
+    """The README, docs/ (not docs/dev/, the dated logs, which quote commands as they were run), the package's
+    docstrings and cfg/ comments show only benchmark commands that its parser takes (the subcommands and their
+    own flags), so a renamed flag or mode leaves no stale command behind."""
+    places = [*DOCUMENTS, *(ROOT / "docs" / "results").glob("*.md"), *(ROOT / "omni_sfp").rglob("*.py")]
+    places += [
+        *(ROOT / "cfg").rglob("*.yaml"),
+        *(p for p in (ROOT / "tests").rglob("*.py") if p.name != "test_readme.py"),
+    ]
+    found = {(p.relative_to(ROOT).as_posix(), c) for p in places for c in bench_commands(p.read_text())}
+    assert len(found) > 10
+    bad = sorted(
+        f"{where}: `{command}`: {problem}" for where, command in found if (problem := bench_command_problem(command))
+    )
+    assert bad == []
+
+
+def test_the_command_check_refuses_the_old_flags():
+    assert bench_command_problem("python -m omni_sfp.bench --quality --seeds 3")
+    assert bench_command_problem("python -m omni_sfp.bench table --quality-tasks Cartpole")
+    assert bench_command_problem("python -m omni_sfp.bench quality --seeds 3 --tasks Cartpole") is None
+    assert bench_commands("run `python -m omni_sfp.bench pixels\n--repetitions 5` here") == [
+        "python -m omni_sfp.bench pixels --repetitions 5"
+    ]
+
+
+def test_the_user_docs_cite_no_issue_numbers_no_missing_notes_and_no_dated_logs():
+    """Users cannot see the issue tracker or the design notes; dated measurement logs live in docs/dev/."""
+    for document in DOCUMENTS:
+        text = document.read_text()
+        assert not re.search(r"(?i)\bissues? #?\d+", text), document.name
+        assert "single-forward-pass.txt" not in text, document.name
+    for page in ("benchmarks.md", "isaac-sim.md"):
+        assert not re.search(r"\d\d:\d\d(-\d\d:\d\d)? UTC", (ROOT / "docs" / page).read_text()), page
+
+
+def test_the_benchmark_page_opens_with_its_headline_table_and_reads_in_five_minutes():
+    lines = (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
+    assert len(lines) <= 200
+    table = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    assert table < 10 and not any(line.startswith("## ") for line in lines[:table])
+    assert "SFP speedup" in "\n".join(lines[table : table + 12])
+
+
+def test_the_summary_line_the_readme_shows_is_the_one_training_prints():
+    """The README's greppable line has the runner's format (omni_sfp.run.progress.Summary.line), and any training
+    time it quotes for the default run lies in the range it states."""
+    from omni_sfp.run.progress import Summary
+
+    (shown,) = re.findall(r"`(Training time: [^`]*)`", README.replace("\n", " "))
+    pattern = re.escape(shown)
+    for placeholder in re.findall(r"<[^>]+>", shown):
+        pattern = pattern.replace(re.escape(placeholder), r"\S+")
+    printed = Summary(32.9, 49800.0, 1.0, None, None, 50, None).line()
+    assert re.fullmatch(pattern, printed), (shown, printed)
+    low, high = map(float, re.search(r"takes (\d+)-(\d+) s\b", README).groups())
+    quoted = [float(t) for t in re.findall(r"Training time: (\d+(?:\.\d+)?) s", README)]
+    assert all(low <= t <= high for t in quoted), (quoted, low, high)

@@ -1,4 +1,8 @@
-"""The task registry: specs, lookups and their errors, and make_env for embedded and Gymnasium tasks."""
+"""The task registry: specs, lookups and their errors, make_env for embedded and Gymnasium tasks, and the one
+reader of entry points."""
+
+import ast
+from pathlib import Path
 
 import pytest
 import torch
@@ -184,3 +188,49 @@ def test_lunar_lander_without_box2d_says_how_to_install_it(capsys):
     assert main(["task=gym:LunarLander-v3", "num_envs=2"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "Box2D is not installed" in line and "gymnasium[box2d]" in line
+
+
+def test_entry_points_are_read_by_one_helper():
+    assert registry.load_entry_point("omni_sfp.tasks.cartpole:Cartpole") is get_task("Cartpole").load()
+    assert registry.load_entry_point("omni_sfp.envs.registry:TaskSpec.load") is TaskSpec.load
+    with pytest.raises(AttributeError):
+        registry.load_entry_point("omni_sfp.envs.registry:NoSuchThing")
+
+
+def _splits_on_a_colon(node) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("split", "partition", "rpartition")
+        and any(isinstance(a, ast.Constant) and a.value == ":" for a in node.args)
+    )
+
+
+def _imports_by_name(node) -> bool:
+    return isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+
+
+def entry_point_readers(files: dict[str, str]) -> list[str]:
+    """``file:function`` for each function that reads a ``"module:attr"`` string itself: it splits on ':' and
+    imports a module by name."""
+    found = []
+    for name, source in files.items():
+        for function in ast.walk(ast.parse(source)):
+            if isinstance(function, ast.FunctionDef):
+                nodes = list(ast.walk(function))
+                if any(map(_splits_on_a_colon, nodes)) and any(map(_imports_by_name, nodes)):
+                    found.append(f"{name}:{function.name}")
+    return found
+
+
+def test_no_module_reads_an_entry_point_string_but_the_registry():
+    """``"module:attr"`` is read in one place, :func:`omni_sfp.envs.registry.load_entry_point` (a ``gym:<module>:<Id>``
+    task name imports its module for the ids it registers, which is no entry point)."""
+    root = Path(__file__).resolve().parent.parent / "omni_sfp"
+    files = {str(p.relative_to(root.parent)): p.read_text() for p in sorted(root.rglob("*.py"))}
+    assert sorted(entry_point_readers(files)) == [
+        "omni_sfp/envs/registry.py:_gymnasium_spec",
+        "omni_sfp/envs/registry.py:load_entry_point",
+    ]
+    copy = 'def f(spec):\n    module, attr = spec.entry_point.split(":")\n    return importlib.import_module(module)\n'
+    assert entry_point_readers({"video.py": copy}) == ["video.py:f"]

@@ -157,7 +157,7 @@ class Recording(RunOutput):
         self.calls = calls
 
     def start(self, run) -> None:
-        self.calls.append(("start", run.learner.iteration))
+        self.calls.append(("start", run.iteration))
 
     def after_iteration(self, run, progress) -> None:
         self.calls.append(("after_iteration", progress.iteration))

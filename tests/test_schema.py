@@ -232,3 +232,25 @@ def test_a_gymnasium_id_with_a_train_file_of_its_own_takes_it_and_others_take_th
     assert pendulum.train.ppo.learning_epochs == generic["ppo"]["learning_epochs"]
     assert pendulum.train.ppo.rollouts == 16
     assert load_config(["task=gym:Hopper-v5", "train.ppo.rollouts=32"]).train.ppo.rollouts == 32  # overrides win
+
+
+def pointers(text: str) -> list[str]:
+    """The ``omni_sfp.x.y`` names a text sends its reader to, ``omni_sfp.x's NAME`` read as ``omni_sfp.x.NAME``."""
+    import re
+
+    from test_readme import DOTTED
+
+    possessive = re.compile(r"(omni_sfp(?:\.\w+)+)'s? ([A-Z][A-Z0-9_]+)\b")
+    return sorted({*DOTTED.findall(text), *(f"{module}.{name}" for module, name in possessive.findall(text))})
+
+
+def test_every_module_and_name_the_schema_points_to_exists():
+    """A comment or doc line of schema.py that sends the reader to ``omni_sfp.x.y`` (a module, or a name in
+    one) names something that is there: a moved constant leaves no pointer behind (ELU_KERNELS once)."""
+    from test_readme import _resolves
+
+    names = pointers((ROOT / "omni_sfp" / "config" / "schema.py").read_text())
+    assert "omni_sfp.compute.kernels.ELU_KERNELS" in names
+    assert [name for name in names if not _resolves(name.rstrip("."))] == []
+    old = "# The ELU's sides are omni_sfp.sfp.models' ELU_KERNELS; the allocator's are glibc's defaults"
+    assert [name for name in pointers(old) if not _resolves(name)] == ["omni_sfp.sfp.models.ELU_KERNELS"]

@@ -1,4 +1,5 @@
-"""The benchmark: ``python -m omni_sfp.bench`` (the timing table against rl_games and skrl) and ``--quality``.
+"""The benchmark: ``python -m omni_sfp.bench <command>`` (``table``: the timing table against rl_games and skrl;
+``quality``, ``pixels``, ``coldstart``, ``env-overhead``, ``soak``, ``gpu``: :mod:`omni_sfp.bench.__main__`).
 
 The table's parts: ``configs`` (the equal work, presets, rows), ``envs`` and ``replay`` (what every row
 trains on), ``omni``, ``skrl_builtin``, ``rlgames``, ``bare_ppo`` and ``floor`` (one per kind of row), ``worker`` (one

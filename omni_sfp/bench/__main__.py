@@ -1,9 +1,16 @@
-"""``python -m omni_sfp.bench``: the reference table on this machine, side by side with rl_games and skrl.
+"""``python -m omni_sfp.bench <command>``: the benchmark's commands, each with only its own flags.
 
-Timing (default): every row of the table trains the same work on the same env, interleaved over
-repetitions, each run in a fresh process; prints the markdown table and writes JSON, markdown and a PNG
-chart to ``--out``. ``--quality``: N seeds per configuration on learnable tasks, Welch's t-tests and learning
-curves. Bad arguments print one line and exit with code 2. See docs/benchmarks.md.
+- ``table``: the timing table, every row on the same work in fresh, interleaved processes, against rl_games and
+  skrl, with the compute floor and the GEMM ceiling (``--preset`` picks the work);
+- ``quality``: N seeds per configuration on learnable tasks, Welch's t-tests, learning curves;
+- ``pixels``: one PPO update of Isaac Lab's camera CNN, row against row;
+- ``coldstart``: seconds from ``python -m omni_sfp.train`` to the end of its first iteration;
+- ``env-overhead``: the product's rollout rate against the bare env's step rate;
+- ``soak``: a long run sampling memory every iteration;
+- ``gpu``: the prepared run for a lent GPU (``omni_sfp.bench.gpu``).
+
+``python -m omni_sfp.bench <command> --help`` lists a command's flags. Bad arguments print one line and exit
+with code 2. docs/benchmarks.md shows what each measures.
 """
 
 from __future__ import annotations
@@ -20,117 +27,127 @@ import sys
 import tempfile
 from pathlib import Path
 
+from omni_sfp.bench.cli import Parser, log, meta, positive, units
 from omni_sfp.bench.configs import PRESETS, ROWS, preset_work, select_rows
 
-EXIT_USAGE = 2
 QUALITY_TASKS = "Cartpole,LQR60x8"  # learnable embedded tasks: balancing, and Ant-sized control with a known optimum
+COMMANDS = {
+    "table": "the timing table against rl_games and skrl, with the compute floor and the GEMM ceiling",
+    "quality": "seeds per configuration on learnable tasks: final returns, Welch's t-tests, learning curves",
+    "pixels": "one PPO update of Isaac Lab's camera CNN on (6, 96, 96) images, row against row",
+    "gpu": "the prepared GPU run (python -m omni_sfp.bench.gpu; its own flags)",
+    "soak": "a long training run sampling memory every iteration, to show it stays flat",
+    "coldstart": "seconds from `python -m omni_sfp.train` to the end of its first iteration",
+    "env-overhead": "the product's rollout rate against the bare env's step rate (random actions), interleaved",
+}
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage dump), as ``omni_sfp.train`` reports them."""
-
-    name = "omni_sfp.bench"
-
-    def error(self, message: str):
-        print(f"{self.name}: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
-
-
-def _units(text: str) -> tuple[int, ...]:
-    try:
-        units = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of layer sizes, e.g. 256,128,64"
-        ) from None
-    return units
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
-def build_parser() -> Parser:
-    parser = Parser(prog="python -m omni_sfp.bench", description=__doc__.split("\n\n")[0])
-    timing = parser.add_argument_group("timing (default mode)")
-    timing.add_argument(
-        "--preset",
-        choices=[*PRESETS, "pixels"],
-        default=None,
-        help="cpu (default): big network sized for 2 CPU cores, under 10 minutes; reference: the "
-        "reference table's sizes, for a GPU; cartpole: the default training run's small network "
-        "on Cartpole (rollout SPS); quick: tiny, seconds; pixels: one PPO update of Isaac Lab's camera CNN "
-        "on (6, 96, 96) images, row against row (omni_sfp/bench/pixels.py); isaaclab: Isaac Lab's Humanoid "
-        "sizes ([400, 200, 100], 4096 envs x 32 steps, 5 x 4 minibatches; 256 envs on a CPU)",
-    )
-    timing.add_argument("--quick", action="store_true", help="the quick preset")
-    timing.add_argument("--units", type=_units, help="trunk layer sizes, e.g. 256,128,64")
-    timing.add_argument("--envs", type=_positive, help="number of environments")
-    timing.add_argument("--horizon", type=_positive, help="env steps per env between updates")
-    timing.add_argument("--updates", type=_positive, help="timed PPO updates per run")
-    timing.add_argument("--warmup", type=_positive, help="untimed PPO updates before the timed ones, per run")
-    timing.add_argument("--epochs", type=_positive, help="mini-epochs per update")
-    timing.add_argument("--minibatch", type=_positive, help="minibatch size (must divide envs x horizon)")
-    timing.add_argument("--episode-length", type=_positive, help="time limit of the env's episodes")
-    timing.add_argument("--repetitions", type=_positive, help="interleaved runs per row (preset: 3)")
-    timing.add_argument(
-        "--rows", default="default", help=f"default, all, or comma-separated row ids: {', '.join(ROWS)}"
-    )
-    timing.add_argument(
-        "--replay",
-        type=_positive,
-        metavar="K",
-        help="record K steps of --task once and replay them in every run (env cost near zero)",
-    )
-    timing.add_argument("--task", help="with --replay: the task to record (any registered name; default ConstantCost)")
-    timing.add_argument("--rlgames-compile", action="store_true", help="rl_games' torch_compile on (default off)")
-    parser.add_argument("--threads", type=_positive, help="torch threads per run (default: the cores available)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every timed run (quality: the first seed)")
+def _common(parser: argparse.ArgumentParser, *, device: bool = True, seed: bool = True) -> None:
+    parser.add_argument("--threads", type=positive, help="torch threads per run (default: the cores available)")
+    if device:
+        parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    if seed:
+        parser.add_argument("--seed", type=int, default=0, help="seed of every timed run (quality: the first seed)")
     parser.add_argument("--out", default="bench_results", help="folder for the JSON, markdown and PNG outputs")
-    cold = parser.add_argument_group("cold start")
-    cold.add_argument(
-        "--cold-start",
-        action="store_true",
-        help="time `python -m omni_sfp.train` from the command to the end of its first iteration",
-    )
-    cold.add_argument(
+
+
+def _train_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--train-args",
         default="",
         metavar="OVERRIDES",
-        help="with --cold-start or --env-overhead: the training overrides, e.g. 'task=LQR60x8 num_envs=256'",
+        help="the training overrides, e.g. 'task=LQR60x8 num_envs=256'",
     )
-    cold.add_argument(
-        "--env-overhead",
-        action="store_true",
-        help="the product's rollout rate against the bare env's step rate under random actions, on the task of "
-        "--train-args (e.g. 'task=gym:Hopper-v5'), interleaved",
+    parser.add_argument("--repetitions", type=positive, default=3, help="runs (default 3)")
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="python -m omni_sfp.bench",
+        description="The benchmark's commands, each with only its own flags: python -m omni_sfp.bench COMMAND "
+        "--help lists them. docs/benchmarks.md shows what each measures.",
     )
-    quality = parser.add_argument_group("quality")
-    quality.add_argument("--quality", action="store_true", help="the quality evaluation instead of timing")
-    quality.add_argument("--seeds", type=_positive, help="seeds per configuration (default 5)")
-    quality.add_argument("--quality-tasks", default=QUALITY_TASKS, help="comma-separated tasks to train")
-    quality.add_argument("--iterations", type=_positive, help="PPO updates per run (default: each task's config)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+
+    table = commands.add_parser("table", help=COMMANDS["table"], description=COMMANDS["table"])
+    work = table.add_mutually_exclusive_group()
+    work.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=None,
+        help=f"the work every row trains (default cpu): {', '.join(PRESETS)} (docs/benchmarks.md says what each is)",
+    )
+    work.add_argument("--quick", action="store_true", help="the same as --preset quick")
+    table.add_argument("--rows", default="default", help=f"default, all, or comma-separated row ids: {', '.join(ROWS)}")
+    table.add_argument("--repetitions", type=positive, help="interleaved runs per row (default: the preset's)")
+    table.add_argument("--updates", type=positive, help="timed PPO updates per run")
+    table.add_argument("--units", type=units, help="trunk layer sizes, e.g. 256,128,64")
+    table.add_argument("--envs", type=positive, help="number of environments")
+    table.add_argument("--horizon", type=positive, help="env steps per env between updates")
+    table.add_argument("--warmup", type=positive, help="untimed PPO updates before the timed ones, per run")
+    table.add_argument("--epochs", type=positive, help="mini-epochs per update")
+    table.add_argument("--minibatch", type=positive, help="minibatch size (must divide envs x horizon)")
+    table.add_argument("--episode-length", type=positive, help="time limit of the env's episodes")
+    table.add_argument(
+        "--replay",
+        type=positive,
+        metavar="K",
+        help="record K steps of --task once and replay them in every run (env cost near zero)",
+    )
+    table.add_argument("--task", help="with --replay: the task to record (any registered name; default ConstantCost)")
+    table.add_argument("--rlgames-compile", action="store_true", help="rl_games' torch_compile on (default off)")
+    _common(table)
+    table.set_defaults(run=_table, parser=table)
+
+    quality = commands.add_parser("quality", help=COMMANDS["quality"], description=COMMANDS["quality"])
+    quality.add_argument("--seeds", type=positive, default=5, help="seeds per configuration (default 5)")
+    quality.add_argument("--tasks", default=QUALITY_TASKS, help=f"comma-separated tasks (default {QUALITY_TASKS})")
+    quality.add_argument("--iterations", type=positive, help="PPO updates per run (default: each task's config)")
     quality.add_argument(
-        "--quality-configs",
+        "--configs",
         help="comma-separated rows (default all): sfp-fp32, double-fp32, sfp-mixed, double-mixed, rl_games, skrl",
     )
     quality.add_argument(
-        "--jobs", type=_positive, help="runs trained at once, one process and torch thread each (default 1)"
+        "--jobs", type=positive, default=1, help="runs trained at once, one process and torch thread each"
     )
     quality.add_argument(
-        "--quality-set",
+        "--set",
+        dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="a training config override for every row, as for python -m omni_sfp.train (repeatable)",
     )
+    _common(quality)
+    quality.set_defaults(run=_quality, parser=quality)
+
+    pixels = commands.add_parser("pixels", help=COMMANDS["pixels"], description=COMMANDS["pixels"])
+    pixels.add_argument("--envs", type=positive, help="environments of the synthetic rollout (default 8)")
+    pixels.add_argument("--horizon", type=positive, help="rollout steps per env (default 16)")
+    pixels.add_argument("--epochs", type=positive, help="mini-epochs per update (default 4)")
+    pixels.add_argument("--minibatch", type=positive, help="minibatch size (default 32; must divide envs x horizon)")
+    pixels.add_argument("--repetitions", type=positive, default=3, help="interleaved updates per row (default 3)")
+    _common(pixels, device=False, seed=False)
+    pixels.set_defaults(run=_pixels, parser=pixels)
+
+    gpu = commands.add_parser("gpu", help=COMMANDS["gpu"], add_help=False)
+    gpu.add_argument("args", nargs=argparse.REMAINDER, help="python -m omni_sfp.bench.gpu's flags")
+
+    from omni_sfp.bench import soak as soak_module
+
+    soak = commands.add_parser("soak", help=COMMANDS["soak"], description=COMMANDS["soak"])
+    soak_module.add_arguments(soak)
+    soak.set_defaults(run=_soak, parser=soak)
+
+    coldstart = commands.add_parser("coldstart", help=COMMANDS["coldstart"], description=COMMANDS["coldstart"])
+    _train_args(coldstart)
+    _common(coldstart, device=False, seed=False)
+    coldstart.set_defaults(run=_cold_start, parser=coldstart)
+
+    overhead = commands.add_parser("env-overhead", help=COMMANDS["env-overhead"], description=COMMANDS["env-overhead"])
+    _train_args(overhead)
+    _common(overhead, device=False)
+    overhead.set_defaults(run=_env_overhead, parser=overhead)
     return parser
 
 
@@ -144,132 +161,67 @@ def _device(name: str) -> str:
     return name
 
 
-def _meta(device: str, threads: int, argv: list[str]) -> dict:
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    def installed(name: str) -> str | None:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return None
-
-    from omni_sfp.compute.cpu_choices import cpu_identity, simd_flags
-
-    identity = cpu_identity()
-    kind = ", ".join(
-        f"{k.replace('_number', '')} {identity[k]}" for k in ("family", "model_number", "stepping") if k in identity
-    )
-    return {
-        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        "cpu": identity["model"] + (f" ({kind})" if kind else ""),
-        "cpu_flags": simd_flags(identity),
-        "cores": len(os.sched_getaffinity(0)),
-        "device": device,
-        "threads": threads,
-        "python": platform.python_version(),
-        "torch": installed("torch"),
-        "skrl": installed("skrl"),
-        "rl_games": installed("rl-games"),
-        "command": shlex.join(["python", "-m", "omni_sfp.bench", *argv]),
-    }
-
-
-def _log(line: str) -> None:
-    """Progress goes to stderr: stdout carries only the table."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def _check_mode(parser: Parser, args: argparse.Namespace) -> None:
-    timing_only = {
-        "--replay": args.replay,
-        "--task": args.task,
-        "--rlgames-compile": args.rlgames_compile or None,
-        "--rows": None if args.rows == "default" else args.rows,
-        "--preset": args.preset,
-        "--quick": args.quick or None,
-        "--repetitions": args.repetitions,
-        "--updates": args.updates,
-        "--units": args.units,
-        "--envs": args.envs,
-        "--horizon": args.horizon,
-        "--warmup": args.warmup,
-        "--epochs": args.epochs,
-        "--minibatch": args.minibatch,
-        "--episode-length": args.episode_length,
-    }
-    quality_only = {
-        "--seeds": args.seeds,
-        "--iterations": args.iterations,
-        "--quality-configs": args.quality_configs,
-        "--jobs": args.jobs,
-        "--quality-set": args.quality_set or None,
-        "--quality-tasks": None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks,
-    }
-    modes = [
-        flag
-        for flag, on in (
-            ("--cold-start", args.cold_start),
-            ("--env-overhead", args.env_overhead),
-            ("--quality", args.quality),
-        )
-        if on
-    ]
-    if len(modes) > 1:
-        parser.error(f"{' and '.join(modes)} are {'two' if len(modes) == 2 else 'three'} modes: choose one")
-    if args.cold_start or args.env_overhead:
-        misplaced = [
-            flag
-            for flag, value in {**timing_only, **quality_only}.items()
-            if value is not None and flag != "--repetitions"
-        ]
-        if misplaced:
-            parser.error(f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply with {modes[0]}")
-        return
-    if args.train_args:
-        parser.error("--train-args applies only with --cold-start or --env-overhead")
-    misplaced = [flag for flag, value in (timing_only if args.quality else quality_only).items() if value is not None]
-    if misplaced:
-        parser.error(
-            f"{', '.join(misplaced)} {'do' if len(misplaced) > 1 else 'does'} not apply "
-            f"{'with' if args.quality else 'without'} --quality"
-        )
-    if args.task is not None and args.replay is None:
-        parser.error("--task needs --replay K: live timing runs on ConstantCost, whose work per step is fixed")
-    if args.quick and args.preset not in (None, "quick"):
-        parser.error(f"--quick contradicts --preset {args.preset}")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gpu"]:  # its own parser, in its own module
+        return _gpu(argv[1:])
     parser = build_parser()
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):  # the flags before the command
+        flag = argv[0].partition("=")[0]
+        command = {"--quality": "quality", "--cold-start": "coldstart", "--env-overhead": "env-overhead"}.get(flag)
+        parser.error(
+            f"{flag}: a command comes first ({', '.join(COMMANDS)}), then its flags: "
+            + (f"python -m omni_sfp.bench {command} ..." if command else f"python -m omni_sfp.bench table {flag} ...")
+        )
     args = parser.parse_args(argv)
-    _check_mode(parser, args)
-    try:
-        device = _device(args.device)
-    except ValueError as error:
-        parser.error(str(error))
     threads = args.threads or len(os.sched_getaffinity(0))
-    meta = _meta(device, threads, argv)
+    device = "cpu"
+    if hasattr(args, "device"):
+        try:
+            device = _device(args.device)
+        except ValueError as error:
+            args.parser.error(str(error))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out)
-    if args.cold_start:
-        return _cold_start(args, threads, meta, out / f"coldstart-{stamp}", _log)
-    if args.env_overhead:
-        return _env_overhead(parser, args, threads, meta, out / f"envoverhead-{stamp}", _log)
-    if args.quality:
-        return _quality(parser, args, device, threads, meta, out / f"quality-{stamp}", _log)
-    if args.preset == "pixels":
-        from omni_sfp.bench import pixels
-
-        return pixels.main(args, out, stamp, _log)
-    return _timing(parser, args, device, threads, meta, out, stamp, _log)
+    return args.run(args, device=device, threads=threads, meta=meta(device, threads, argv), stamp=stamp)
 
 
-def _timing(parser, args, device, threads, meta, out, stamp, log) -> int:
+def _gpu(argv: list[str]) -> int:
+    """``python -m omni_sfp.bench gpu ...`` is ``python -m omni_sfp.bench.gpu ...``, imported only here."""
+    try:
+        from omni_sfp.bench import gpu
+    except ModuleNotFoundError as error:
+        if error.name != "omni_sfp.bench.gpu":
+            raise
+        Parser(prog="python -m omni_sfp.bench").error("gpu: this checkout has no omni_sfp/bench/gpu.py")
+    return gpu.main(argv)
+
+
+def _soak(args, *, threads, **_) -> int:
+    from omni_sfp.bench import soak
+
+    return soak.run_from_args(args, args.parser.error)
+
+
+def _pixels(args, *, threads, stamp, **_) -> int:
+    import torch
+
+    from omni_sfp.bench import pixels
+
+    torch.set_num_threads(threads)
+    try:
+        work = pixels.work_from(envs=args.envs, horizon=args.horizon, epochs=args.epochs, minibatch=args.minibatch)
+    except ValueError as error:
+        args.parser.error(str(error))
+    return pixels.main(work, args.repetitions, Path(args.out), stamp, log)
+
+
+def _table(args, *, device, threads, meta, stamp) -> int:
     from omni_sfp.bench import report as report_mod
     from omni_sfp.bench.timing import WorkerError, run_interleaved
 
+    parser, out = args.parser, Path(args.out)
+    if args.task is not None and args.replay is None:
+        parser.error("--task needs --replay K: live timing runs on ConstantCost, whose work per step is fixed")
     preset = "quick" if args.quick else args.preset or "cpu"
     base, default_repetitions = preset_work(preset, device)
     work = base.replace(
@@ -365,53 +317,56 @@ def _write_summary(stem: Path, meta: dict, threads: int, summary: dict, table: s
     return 0
 
 
-def _cold_start(args, threads, meta, stem: Path, log) -> int:
+def _cold_start(args, *, threads, meta, stamp, **_) -> int:
     from omni_sfp.bench.coldstart import markdown, measure_cold_start
 
+    stem = Path(args.out) / f"coldstart-{stamp}"
     overrides = shlex.split(args.train_args)
-    repetitions = args.repetitions or 3
+    repetitions = args.repetitions
     log(f"[bench] cold start: {repetitions} runs of python -m omni_sfp.train {' '.join(overrides)}")
     summary = measure_cold_start(overrides, repetitions=repetitions, threads=threads)
     return _write_summary(stem, meta, threads, summary, markdown(summary))
 
 
-def _env_overhead(parser, args, threads, meta, stem: Path, log) -> int:
+def _env_overhead(args, *, threads, meta, stamp, **_) -> int:
     import torch
 
     from omni_sfp.bench.envrate import markdown, measure_env_overhead
     from omni_sfp.run.compose import ConfigError, load_config
 
     torch.set_num_threads(threads)
+    stem = Path(args.out) / f"envoverhead-{stamp}"
     overrides = shlex.split(args.train_args)
-    repetitions = args.repetitions or 3
+    repetitions = args.repetitions
     try:
         load_config(overrides)  # a bad task or key: one line, before any work
     except ConfigError as error:
-        parser.error(str(error))
+        args.parser.error(str(error))
     log(f"[bench] env overhead: {repetitions} interleaved repetitions of {' '.join(overrides) or 'the default task'}")
     summary = measure_env_overhead(overrides, repetitions=repetitions, seed=args.seed)
     return _write_summary(stem, meta, threads, summary, markdown(summary))
 
 
-def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
+def _quality(args, *, device, threads, meta, stamp) -> int:
     import torch
 
     from omni_sfp.bench.quality import markdown, plot, run_quality, select_configs
     from omni_sfp.envs.registry import get_task
 
     torch.set_num_threads(threads)
-    seeds = args.seeds or 5
-    tasks = [t.strip() for t in args.quality_tasks.split(",") if t.strip()]
+    stem = Path(args.out) / f"quality-{stamp}"
+    seeds = args.seeds
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     try:
-        for task in tasks or [args.quality_tasks]:
+        for task in tasks or [args.tasks]:
             get_task(task)
-        configs = select_configs(args.quality_configs)
-        if args.quality_set:
+        configs = select_configs(args.configs)
+        if args.overrides:
             from omni_sfp.run.compose import load_config
 
-            load_config([f"task={tasks[0] if tasks else args.quality_tasks}", *args.quality_set])  # one clear line
+            load_config([f"task={tasks[0] if tasks else args.tasks}", *args.overrides])  # one clear line
     except ValueError as error:
-        parser.error(str(error))
+        args.parser.error(str(error))
     runs_dir = Path(tempfile.mkdtemp(prefix="omni_sfp_quality_"))
     try:
         results = run_quality(
@@ -422,8 +377,8 @@ def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
             iterations=args.iterations,
             log=log,
             configs=configs,
-            overrides=args.quality_set,
-            workers=args.jobs or 1,
+            overrides=args.overrides,
+            workers=args.jobs,
         )
     finally:
         shutil.rmtree(runs_dir, ignore_errors=True)

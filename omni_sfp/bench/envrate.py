@@ -27,8 +27,8 @@ def _bare_rate(cfg, steps: int, seed: int) -> float:
     import torch
     from omegaconf import OmegaConf
 
+    from omni_sfp.config.values import num_envs
     from omni_sfp.envs.registry import GYM_PREFIX, make_env
-    from omni_sfp.run.compose import num_envs
 
     envs = num_envs(cfg)
     task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
@@ -60,7 +60,7 @@ def _bare_rate(cfg, steps: int, seed: int) -> float:
 def _rollout_rates(cfg, rollouts_timed: int) -> list[float]:
     """Env steps per second of the product's rollout loop, one figure per rollout of ``cfg.train.ppo.rollouts``
     steps (the first, which warms up, is dropped)."""
-    from omni_sfp.run.compose import num_envs
+    from omni_sfp.config.values import num_envs
     from omni_sfp.run.runner import Runner
 
     runner = Runner(cfg, disable_progressbar=True)

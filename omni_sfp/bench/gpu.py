@@ -123,7 +123,7 @@ class Results:
 
 def _preset_table(preset: str, row_ids, args, device: str, threads: int, deadline: float, log) -> tuple[str, dict]:
     from omni_sfp.bench import report as report_mod
-    from omni_sfp.bench.__main__ import _meta
+    from omni_sfp.bench.cli import meta as _meta
     from omni_sfp.bench.configs import ROWS, preset_work
     from omni_sfp.bench.timing import run_interleaved
 

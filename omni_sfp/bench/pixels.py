@@ -1,4 +1,4 @@
-"""``python -m omni_sfp.bench --preset pixels``: one PPO update of Isaac Lab's camera CNN, row against row.
+"""``python -m omni_sfp.bench pixels``: one PPO update of Isaac Lab's camera CNN, row against row.
 
 The network is ``Isaac-Cartpole-Camera-Direct``'s registered skrl model (``skrl_direct_camera_ppo_cfg.yaml``:
 conv2d 32/8/4, 64/4/2, 64/3/1, flatten, [512], shared by policy and value) on ``(6, 96, 96)`` images. The
@@ -333,22 +333,29 @@ def format_results(results: dict, work: PixelWork, repetitions: int) -> str:
     return "\n".join(lines)
 
 
-def main(args, out, stamp: str, log=print) -> int:
-    """The ``--preset pixels`` mode of ``python -m omni_sfp.bench`` (``--envs``, ``--horizon``, ``--epochs``,
-    ``--minibatch``, ``--repetitions`` apply); writes ``bench-pixels-<stamp>.md`` and ``.json`` into ``out``."""
-    import json
+def work_from(
+    *, envs: int | None = None, horizon: int | None = None, epochs: int | None = None, minibatch: int | None = None
+) -> PixelWork:
+    """The preset's work with the given sizes over it.
 
+    :raises ValueError: a minibatch that does not divide the rollout.
+    """
     base = PixelWork()
     work = PixelWork(
-        num_envs=args.envs or base.num_envs,
-        horizon=args.horizon or base.horizon,
-        epochs=args.epochs or base.epochs,
-        minibatch_size=args.minibatch or base.minibatch_size,
+        num_envs=envs or base.num_envs,
+        horizon=horizon or base.horizon,
+        epochs=epochs or base.epochs,
+        minibatch_size=minibatch or base.minibatch_size,
     )
     if work.samples % work.minibatch_size:
-        log(f"python -m omni_sfp.bench: error: --minibatch {work.minibatch_size} does not divide {work.samples}")
-        return 2
-    repetitions = args.repetitions or 3
+        raise ValueError(f"--minibatch {work.minibatch_size} does not divide envs x horizon = {work.samples}")
+    return work
+
+
+def main(work: PixelWork, repetitions: int, out, stamp: str, log=print) -> int:
+    """``python -m omni_sfp.bench pixels``: writes ``bench-pixels-<stamp>.md`` and ``.json`` into ``out``."""
+    import json
+
     results = run(work, repetitions, log=log)
     table = format_results(results, work, repetitions)
     print(table, flush=True)

@@ -40,7 +40,7 @@ ALPHA = 0.05
 class QualityConfig:
     """One row: which trainer, and for omni-sfp's runner whether the trunk runs once and autocast is on."""
 
-    key: str  # what ``--quality-configs`` selects it by
+    key: str  # what ``quality --configs`` selects it by
     name: str
     single_forward_pass: bool = True
     mixed_precision: bool = False
@@ -234,8 +234,8 @@ def _peer_env(cfg):
     from omegaconf import OmegaConf
 
     from omni_sfp.compute.device import resolve_device
+    from omni_sfp.config.values import num_envs
     from omni_sfp.envs.registry import make_env
-    from omni_sfp.run.compose import num_envs
 
     device = resolve_device(cfg.device)
     task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
@@ -258,7 +258,7 @@ def rlgames_params(cfg, *, device: str, train_dir: str, threads: int) -> dict[st
     ``value_clip`` must equal ``ratio_clip`` (or be 0); its KL-adaptive schedule steps per minibatch
     (skrl's: per epoch). ``bounds_loss_coef`` is ``train.ppo.bounds_loss_scale`` (our update has rl_games'
     bound loss; plain skrl's PPO has none)."""
-    from omni_sfp.run.compose import num_envs
+    from omni_sfp.config.values import num_envs
 
     t, p = cfg.train, cfg.train.ppo
     if p.value_clip and p.value_clip != p.ratio_clip:

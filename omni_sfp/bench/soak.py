@@ -1,6 +1,6 @@
 """Soak benchmark: a long training run that samples memory once per iteration, to show it stays flat.
 
-``python -m omni_sfp.bench.soak [--iterations 300] [--threads 1] [--every 1] [--out soak.json] [key=value ...]``
+``python -m omni_sfp.bench soak [--iterations 300] [--threads 1] [--every 1] [--out soak.json] [key=value ...]``
 
 The run is the product's own path (validated config -> build_models -> build_agent -> loop.Learner; the
 ``key=value`` arguments are ``python -m omni_sfp.train`` overrides, default Cartpole with its default
@@ -31,8 +31,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 def resident_mb() -> float:
     """Current resident set size in MB (VmRSS); the peak (ru_maxrss) where /proc is not available."""
@@ -48,6 +46,8 @@ def resident_mb() -> float:
 
 def live_tensors() -> tuple[int, float, int]:
     """Torch tensors alive (count, MB of their storage) and how many hold an autograd graph."""
+    import torch
+
     count, nbytes, with_graph = 0, 0, 0
     with warnings.catch_warnings():  # isinstance() on deprecated torch module attributes warns
         warnings.simplefilter("ignore")
@@ -77,13 +77,15 @@ def slope_per_100(points: list[tuple[int, float]]) -> float:
 
 
 def run(overrides: list[str], *, iterations: int, every: int, threads: int, warmup: int) -> dict[str, Any]:
+    import torch
     from omegaconf import OmegaConf
     from skrl.utils import set_seed
 
     from omni_sfp.compute.device import resolve_device
+    from omni_sfp.config.values import num_envs
     from omni_sfp.envs.registry import make_env
     from omni_sfp.ppo.loop import Learner
-    from omni_sfp.run.compose import load_config, num_envs
+    from omni_sfp.run.compose import load_config
     from omni_sfp.run.runner import build_agent, build_models
     from omni_sfp.sfp.cache import sfp_modules
 
@@ -168,26 +170,39 @@ def run(overrides: list[str], *, iterations: int, every: int, threads: int, warm
     return {"summary": summary, "samples": samples}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m omni_sfp.bench.soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iterations", type=int, default=300, help="PPO iterations to run (default 300)")
-    parser.add_argument("--every", type=int, default=1, help="sample every N iterations (default 1)")
-    parser.add_argument("--warmup", type=int, default=20, help="iterations left out of the slope (default 20)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+def _at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
+        return value
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The soak's flags (``python -m omni_sfp.bench soak``); argparse checks them."""
+    parser.add_argument("--iterations", type=_at_least(1), default=300, help="PPO iterations to run (default 300)")
+    parser.add_argument("--every", type=_at_least(1), default=1, help="sample every N iterations (default 1)")
+    parser.add_argument("--warmup", type=_at_least(0), default=20, help="iterations left out of the slope (default 20)")
+    parser.add_argument("--threads", type=_at_least(1), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--out", type=Path, default=Path("soak.json"), help="JSON output (default soak.json)")
     parser.add_argument("overrides", nargs="*", help="python -m omni_sfp.train overrides, e.g. task=LQR60x8")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.iterations < 1 or args.every < 1 or args.warmup < 0:
-        parser.error("--iterations and --every must be >= 1, --warmup >= 0")
+
+
+def run_from_args(args: argparse.Namespace, error) -> int:
+    """The soak of parsed arguments; ``error(message)`` reports a bad config in one line (exit 2)."""
     from omni_sfp.run.compose import ConfigError
 
     try:
         result = run(
             args.overrides, iterations=args.iterations, every=args.every, threads=args.threads, warmup=args.warmup
         )
-    except ConfigError as error:
-        print(f"omni_sfp.bench.soak: error: {error}", file=sys.stderr)
-        return 2
+    except ConfigError as problem:
+        return error(str(problem))
     s = result["summary"]
     print(
         f"[soak] RSS {s['rss_mb_first']:.1f} MB at iteration {result['samples'][0]['iteration']}, "
@@ -203,6 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=1))
     print(f"[soak] wrote {args.out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m omni_sfp.bench soak ...``; this module's own ``python -m`` takes the same flags."""
+    from omni_sfp.bench.cli import Parser
+
+    parser = Parser(prog="python -m omni_sfp.bench soak", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return run_from_args(args, parser.error)
 
 
 if __name__ == "__main__":

@@ -31,11 +31,7 @@ class CaptureError(ConfigError):
 
 def compile_step(function: Callable) -> Callable:
     """``torch.compile`` of a step function as one graph: a graph break is an error (``fullgraph``), not a silent
-    fall back to Python between graphs. Shapes are static (a second shape compiles a second graph). torch's dynamo
-    guards are restored first (omni_sfp.compute.coldstart)."""
-    from omni_sfp.compute.coldstart import restore_dynamo_guards
-
-    restore_dynamo_guards()
+    fall back to Python between graphs. Shapes are static (a second shape compiles a second graph)."""
     return torch.compile(function, fullgraph=True, dynamic=False)
 
 

@@ -4,7 +4,7 @@ Compiling fuses bias, activation and dtype casts around the trunk's matrix produ
 of every iteration, but the first compiled calls cost tens of seconds (tracing, then inductor's C++ or
 Triton code). ``train.models.compile: auto`` therefore compares the time compiling would save over the
 iterations left, measured on the run's own eager iterations, with the compile cost measured by the
-benchmark (``python -m omni_sfp.bench --rows omni-sfp-mixed,omni-sfp-mixed-compiled``: the table's
+benchmark (``python -m omni_sfp.bench table --rows omni-sfp-mixed,omni-sfp-mixed-compiled``: the table's
 "torch.compile" section gives both numbers). The runner asks after its first eager iterations, prints the
 decision's reason, and compiles with :func:`compile_trunk`.
 
@@ -34,7 +34,7 @@ class CompileCost:
     source: str  # where the numbers come from
 
 
-# Measured (docs/benchmarks.md, "torch.compile"): the cpu preset's big network, 2 CPU cores, torch 2.13.
+# Measured (docs/dev/benchmark-log.md, "torch.compile"): the cpu preset's big network, 2 CPU cores, torch 2.13.
 # No measurement exists for CUDA yet, so auto stays eager there (and says so).
 MEASURED: dict[tuple[str, bool], CompileCost] = {
     ("cpu", False): CompileCost(25.3, 0.045, "cpu preset, fp32, AMD EPYC with avx512_bf16, 2026-12-02"),
@@ -103,7 +103,7 @@ def decide_compile(
 
 def compile_trunk(model: Any) -> None:
     """Compile a ``SharedActorCritic``'s MLP inside its cache (the keys stay in Python, the math is fused), or
-    the network of a separate model; torch's dynamo guards are restored first (omni_sfp.compute.coldstart).
+    the network of a separate model.
 
     The network stays where it is and only its ``forward`` is compiled, so its parameter names, and so the
     checkpoints, are those of the eager model: a run that ``auto`` compiled resumes or plays eager or compiled
@@ -113,10 +113,7 @@ def compile_trunk(model: Any) -> None:
     """
     import torch
 
-    from omni_sfp.compute.coldstart import restore_dynamo_guards
-
     network = _network(model)
-    restore_dynamo_guards()
     network.forward = types.MethodType(torch.compile(type(network).forward), network)
 
 

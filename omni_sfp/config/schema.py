@@ -39,8 +39,8 @@ CHECK_FINITE: tuple[str, ...] = ("raise", "skip", "off")
 LR_SCHEDULES: tuple[str, ...] = ("kl_adaptive", "fixed")
 INITS: tuple[str, ...] = ("orthogonal", "torch", "torch_zero_bias")
 # CPU speed choices (train.kernels.*): "auto" takes omni_sfp.compute.cpu_choices' measurement on this CPU kind, the
-# others force a side. The ELU's sides are omni_sfp.sfp.models' ELU_KERNELS; the allocator's are glibc's defaults or
-# omni_sfp.compute.device.keep_freed_memory.
+# others force a side. The ELU's sides are omni_sfp.compute.kernels.ELU_KERNELS; the allocator's are glibc's defaults
+# or omni_sfp.compute.device.keep_freed_memory.
 ELU_CHOICES: tuple[str, ...] = ("auto", "torch", "fast")
 ALLOCATOR_CHOICES: tuple[str, ...] = ("auto", "keep_freed", "glibc")
 # activation name -> the torch.nn class that omni_sfp.sfp.models builds for it
@@ -451,7 +451,8 @@ TRAIN: tuple[Setting, ...] = (
         "train.ppo.time_limit_bootstrap",
         "bool",
         True,
-        "bootstrap truncated episodes with the value of the next observation",
+        "bootstrap truncated episodes with the value of the episode's final observation where the env reports it "
+        "(embedded tasks, Gymnasium, OmniIsaacGymEnvs), else with the current step's value (Isaac Lab)",
     ),
     _s(
         "train.ppo.observation_normalization",

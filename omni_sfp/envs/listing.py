@@ -52,8 +52,7 @@ def embedded_rows() -> list[TaskRow]:
     rows = []
     for name in registry.list_tasks("embedded"):
         spec = registry.get_task(name)
-        module_name, attr = spec.entry_point.split(":")
-        task_class = getattr(importlib.import_module(module_name), attr)
+        task_class = spec.load()
         task_file = config_dir() / "task" / f"{name}.yaml"
         kwargs = dict(spec.kwargs)
         if task_file.is_file():
@@ -191,11 +190,12 @@ def _entry_name(entry: Any) -> str:
 def _isaaclab_sizes(entry: Any) -> tuple[int | str | None, int | str | None, int | str | None]:
     """A direct workflow's env config states ``observation_space`` and ``action_space`` as ints (on an instance:
     ``@configclass`` makes every default a factory); others: None."""
+    from omni_sfp.envs import registry
+
     cfg_class = entry
     if isinstance(entry, str) and ":" in entry and not entry.endswith((".yaml", ".yml")):
-        module_name, attr = entry.split(":", 1)
         try:
-            cfg_class = getattr(importlib.import_module(module_name), attr)
+            cfg_class = registry.load_entry_point(entry)
         except Exception:  # a task module that needs more than this machine has: list it without sizes
             return None, None, None
     cfg = cfg_class

@@ -55,6 +55,10 @@ class TaskSpec:
         if (self.kind == "gymnasium") != self.name.startswith(GYM_PREFIX):
             raise ValueError(f"task {self.name!r}: a name starts with {GYM_PREFIX!r} exactly when kind is 'gymnasium'")
 
+    def load(self) -> Any:
+        """The object the entry point names (imports its module): :func:`load_entry_point`."""
+        return load_entry_point(self.entry_point)
+
 
 class UnknownTaskError(ValueError):
     """No registered task (or Gymnasium id) has this name."""
@@ -175,7 +179,7 @@ def make_env(
     spec = get_task(name)
     cfg = {**spec.kwargs, **(task_cfg or {})}
     try:
-        factory = _import_entry_point(spec.entry_point)
+        factory = spec.load()
         if spec.kind == "embedded":
             return _make_embedded_env(spec, factory, num_envs, device, seed, cfg)
         if spec.kind == "gymnasium":
@@ -195,9 +199,14 @@ def make_env(
         raise MissingDependencyError(f"task {name!r}: {' '.join(str(error).split())}") from None
 
 
-def _import_entry_point(entry_point: str) -> Any:
-    module_name, attr = entry_point.split(":")
-    return getattr(importlib.import_module(module_name), attr)
+def load_entry_point(entry_point: str) -> Any:
+    """The object a ``"module:attr"`` string names (``attr`` may be dotted, ``module:Class.method``), its module
+    imported: the one reader of entry points (tasks, Isaac Lab's registered config classes)."""
+    module_name, _, attr = entry_point.partition(":")
+    target = importlib.import_module(module_name)
+    for name in attr.split("."):
+        target = getattr(target, name)
+    return target
 
 
 def _make_embedded_env(

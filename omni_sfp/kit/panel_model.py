@@ -15,6 +15,7 @@ overrides) and :mod:`omni_sfp.kit.launcher` (the interpreter, the process group,
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -33,6 +34,7 @@ from omni_sfp.config.toggles import (
     coerce,
     hydra_value,
 )
+from omni_sfp.config.values import checkpoint_file
 from omni_sfp.kit.launcher import (
     JsonLinesTail,
     RunError,
@@ -62,7 +64,7 @@ class Readout:
     exit_code: int | None = None
     last_stderr: str = ""  # last non-empty line the runner wrote to stderr (the error, when it failed)
     bad_lines: int = 0  # progress lines that were not JSON objects
-    run_dir: str = ""  # holds progress.jsonl, stdout.log, stderr.log
+    run_dir: str = ""  # a temporary folder with progress.jsonl, stdout.log, stderr.log; kept until the next start
     command: tuple[str, ...] = ()
 
     def summary(self) -> str:
@@ -113,6 +115,7 @@ class PanelModel:
         self._workdir = workdir
         self._stop_timeout_s = stop_timeout_s
         self._run: _Run | None = None
+        self._scratch: Path | None = None  # the last run's temporary folder (the readout's run_dir)
         self.readout = Readout()
         if values:
             self.update(values)
@@ -178,19 +181,28 @@ class PanelModel:
         return self._start(test=False)
 
     def start_test(self) -> Readout:
-        """Run the policy in ``checkpoint`` without training (``test=true``)."""
+        """Play ``checkpoint`` without training (``test=true``): a checkpoint file or a run folder (its newest
+        checkpoint), as ``python -m omni_sfp.train test=true checkpoint=...`` reads it."""
         checkpoint = self._values["checkpoint"]
         if not checkpoint:
-            raise ToggleError("checkpoint", checkpoint, "the path of a saved agent (.pt) for Test")
+            raise ToggleError("checkpoint", checkpoint, "a run folder or a checkpoint file (.pt) for Test")
         base = Path(self._workdir) if self._workdir else Path.cwd()
-        if not (base / checkpoint).is_file():
-            raise ToggleError("checkpoint", checkpoint, f"an existing file (looked in {base})")
+        try:
+            checkpoint_file(base / checkpoint)
+        except FileNotFoundError:
+            raise ToggleError(
+                "checkpoint",
+                checkpoint,
+                f"an existing run folder (with checkpoints/last.pt) or file (looked in {base})",
+            ) from None
         return self._start(test=True)
 
     def _start(self, *, test: bool) -> Readout:
         if self._run is not None:
             raise RunError(f"a run is already {self.readout.state} (pid {self._run.process.pid}); Stop it first")
+        self._remove_scratch()  # the previous run's logs: the readout moves on to this run
         run_dir = Path(tempfile.mkdtemp(prefix="omni_sfp_panel_"))
+        self._scratch = run_dir
         progress = run_dir / "progress.jsonl"
         argv = self.command(test=test, progress_file=str(progress))
         stdout = open(run_dir / "stdout.log", "wb")
@@ -208,6 +220,7 @@ class PanelModel:
         except OSError as error:
             stdout.close()
             stderr.close()
+            self._remove_scratch()
             raise RunError(f"cannot start {argv[0]}: {error.strerror or error}") from error
         self._run = _Run(process, JsonLinesTail(progress), stdout, stderr)
         mode = "test" if test else "train"
@@ -270,10 +283,18 @@ class PanelModel:
         return changed
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        """Stop any run (blocking, at most ``timeout`` before the kill) and drop the listeners."""
+        """Stop any run (blocking, at most ``timeout`` before the kill), remove its temporary folder and drop the
+        listeners."""
         if self._run is not None:
             self.stop(wait=True, timeout=timeout)
+        self._remove_scratch()
         self._listeners.clear()
+
+    def _remove_scratch(self) -> None:
+        """Remove the last run's temporary folder (the run folder itself is the runner's, under ``runs/``)."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def _read_progress(self, run: _Run) -> bool:
         records, bad = run.progress.read()

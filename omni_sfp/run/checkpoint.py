@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from omni_sfp.config.values import checkpoint_file
+
 FORMAT = "omni_sfp.run.checkpoint/2"  # 2: the agent saves itself under "agent" (SFPPPO.state_dict)
 REQUIRED_KEYS = ("agent", "iteration", "timestep", "local", "config")
 
@@ -100,16 +102,12 @@ def _one_line(error: BaseException) -> str:
 
 
 def resolve(path: str | os.PathLike) -> Path:
-    """A checkpoint file, or a run folder (its newest checkpoint: ``checkpoints/last.pt``)."""
-    path = Path(path)
-    if path.is_dir():
-        last = path / "checkpoints" / "last.pt"
-        if not last.is_file():
-            raise CheckpointError(f"checkpoint {path}: run folder has no checkpoints/last.pt")
-        return last
-    if not path.exists():
-        raise CheckpointError(f"checkpoint {path}: no such file or run folder")
-    return path
+    """A checkpoint file, or a run folder (its newest checkpoint), as :func:`omni_sfp.config.values.checkpoint_file`
+    reads ``checkpoint=`` (the panel reads it so too)."""
+    try:
+        return checkpoint_file(path)
+    except FileNotFoundError as error:
+        raise CheckpointError(str(error)) from None
 
 
 def run_folder_of(checkpoint: Path) -> Path | None:

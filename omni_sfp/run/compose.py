@@ -2,7 +2,8 @@
 
 Every key's type, default, range and doc are defined once in :mod:`omni_sfp.config.schema` (cfg/config.yaml and
 cfg/train/PPO.yaml are generated from it); :func:`validate` checks each key against it, then the combinations
-between keys. The runner uses Hydra's compose API rather than ``@hydra.main``: no working-directory change, no Hydra
+between keys. What the outputs (video, export, W&B) need of their own keys, they check themselves
+(:func:`omni_sfp.run.outputs.base.check_config`), one layer up: compose imports no output. The runner uses Hydra's compose API rather than ``@hydra.main``: no working-directory change, no Hydra
 output folder, and every bad input becomes one :class:`ConfigError` line instead of a traceback.
 """
 
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from omni_sfp.config import schema
 from omni_sfp.config.schema import ConfigError, config_dir
+from omni_sfp.config.values import num_envs
 
 
 def load_config(overrides: list[str]) -> DictConfig:
@@ -94,15 +96,6 @@ def _check(cfg: DictConfig, key: str) -> Any:
     return value
 
 
-def num_envs(cfg: DictConfig) -> int:
-    """The effective number of environments: the top-level override, else the task's default."""
-    return int(cfg.num_envs if cfg.num_envs is not None else cfg.task.env.num_envs)
-
-
-def max_iterations(cfg: DictConfig) -> int:
-    return int(cfg.max_iterations if cfg.max_iterations is not None else cfg.train.max_iterations)
-
-
 def validate(cfg: DictConfig) -> None:
     """Check every key of the schema (type, range, choices), then the combinations between keys.
 
@@ -163,7 +156,6 @@ def validate(cfg: DictConfig) -> None:
             "step cannot be captured; set train.ppo.kl_threshold=0 or train.capture=auto"
         )
     _validate_task_env(cfg)
-    _validate_outputs(cfg)
     _validate_network(cfg)
 
 
@@ -174,17 +166,6 @@ def _validate_network(cfg: DictConfig) -> None:
         from omni_sfp.sfp import network  # torch: only when a network is given
 
         network.parse(OmegaConf.to_container(spec, resolve=True))
-
-
-def _validate_outputs(cfg: DictConfig) -> None:
-    """The outputs' keys (video, export, wandb_*): each output checks its own, and that its optional packages are
-    installed (:func:`omni_sfp.run.outputs.base.check_config`)."""
-    from omni_sfp.run.outputs.base import check_config
-
-    try:
-        check_config(cfg)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
 
 
 def _require_int(cfg: DictConfig, key: str, *, minimum: int) -> int:
@@ -223,15 +204,12 @@ def _validate_task_env(cfg: DictConfig) -> None:
     """An embedded task's ``task.env`` keys are its constructor's keyword arguments: each must be one, of the
     default's type, and the task must accept the values (built once with one environment on the CPU, which
     runs its own range checks). Simulator and Gymnasium tasks get ``task.env`` as it is."""
-    import importlib
-
     from omni_sfp.envs.registry import get_task
 
     spec = get_task(cfg.task.name)
     if spec.kind != "embedded":
         return
-    module_name, attr = spec.entry_point.split(":")
-    task_class = getattr(importlib.import_module(module_name), attr)
+    task_class = spec.load()
     parameters = {p.name: p for p in inspect.signature(task_class).parameters.values() if p.kind == p.KEYWORD_ONLY}
     env = OmegaConf.to_container(cfg.task.env, resolve=True)
     values = {key: value for key, value in env.items() if key != "num_envs"}

@@ -28,10 +28,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from omni_sfp.compute import distributed
+from omni_sfp.config.schema import ConfigError
+from omni_sfp.config.values import max_iterations, num_envs
 from omni_sfp.ppo.agent import EpisodeTracker
 from omni_sfp.ppo.loop import Learner, Progress
 from omni_sfp.run import checkpoint as ckpt
-from omni_sfp.run.compose import ConfigError, max_iterations, num_envs
 
 
 def make_run_dir(cfg: DictConfig, resume_from: Path | None = None, resumed_at: int | None = None) -> Path:

@@ -4,7 +4,8 @@ This module builds the pieces and calls :meth:`omni_sfp.ppo.loop.Learner.learn`,
 The pieces around the loop live in their own modules: the run folder, checkpoints and resuming in
 :mod:`omni_sfp.run.folder`, progress output and the summary in :mod:`omni_sfp.run.progress`. What the run leaves
 behind (the final evaluation, the learning curve, video, the exported policy, W&B) are outputs
-(:mod:`omni_sfp.run.outputs`): the runner keeps a list of them and calls each at the same points.
+(:mod:`omni_sfp.run.outputs`): the runner keeps a list of them and calls each at the same points, handing them a
+:class:`~omni_sfp.run.outputs.base.RunContext` (what they may read of the run), never itself.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from omni_sfp.compute.compile_policy import AutoCapture, AutoCompile, compile_tr
 from omni_sfp.compute.cpu_choices import apply_config
 from omni_sfp.compute.device import resolve_device
 from omni_sfp.config.schema import AUTO
+from omni_sfp.config.values import max_iterations, num_envs
 from omni_sfp.envs.registry import make_env
 from omni_sfp.ppo.agent import SFPPPO
 from omni_sfp.ppo.loop import Learner, Progress, StopRequested
 from omni_sfp.ppo.scaler import scaler_class
 from omni_sfp.run import checkpoint as ckpt
-from omni_sfp.run.compose import max_iterations, num_envs
 from omni_sfp.run.folder import (
     Checkpoints,
     check_resumable,
@@ -39,7 +40,7 @@ from omni_sfp.run.folder import (
     make_run_dir,
     record_setting,
 )
-from omni_sfp.run.outputs.base import RunOutput, outputs_for
+from omni_sfp.run.outputs.base import RunContext, RunOutput, check_config, outputs_for
 from omni_sfp.run.outputs.evaluation import FinalEvaluation, evaluate_agent
 from omni_sfp.run.progress import ProgressOutput, Summary
 from omni_sfp.sfp import network
@@ -198,13 +199,16 @@ def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_di
 class Runner:
     """Builds everything from a validated config; ``train()`` and ``test()`` run it.
 
-    A checkpoint to resume from (``checkpoint=``) is read and checked against the config before any
-    environment is built, so a wrong file costs no simulation start-up.
+    The outputs' settings, and a checkpoint to resume from (``checkpoint=``), are checked against the config
+    before any environment is built, so a wrong value or file costs no simulation start-up.
+
+    :raises OutputError: an output's bad setting or missing package (:func:`omni_sfp.run.outputs.base.check_config`).
     """
 
     def __init__(self, cfg: DictConfig, *, disable_progressbar: bool | None = None) -> None:
         from skrl.utils import set_seed
 
+        check_config(cfg)
         self.cfg = cfg
         self.rank, self.world_size = distributed.rank(), distributed.world_size()
         self.device = resolve_device(cfg.device)
@@ -265,6 +269,15 @@ class Runner:
         if compile_auto and self.auto_capture is None and self.agent.capture == "off":
             self.auto_compile = AutoCompile(self.models, **switch)
             self.learner.tune = self.auto_compile
+        self.context = RunContext(  # what the outputs read of this run
+            cfg=cfg,
+            agent=self.agent,
+            env=self.env,
+            run_dir=self.run_dir,
+            outputs_dir=self.outputs_dir,
+            world_size=self.world_size,
+            position=lambda: self.learner.iteration,
+        )
         self.disable_progressbar = disable_progressbar
         self.history: list[Progress] = []
         self._output: ProgressOutput | None = None
@@ -315,7 +328,7 @@ class Runner:
                         cache_in_use=self._cache_in_use,
                     )
                 for output in self.outputs:
-                    output.start(self)
+                    output.start(self.context)
                 start = time.perf_counter()
                 try:
                     self.learner.learn()
@@ -340,7 +353,7 @@ class Runner:
                 checkpoint=self.checkpoints.last,
             )
             for output in self.outputs:
-                output.end(self, summary)
+                output.end(self.context, summary)
         finally:
             for output in self.outputs:
                 output.close()
@@ -356,7 +369,7 @@ class Runner:
         self.load_state_dict(self._resume_state, source=self.resume_from, models_only=True)
         try:
             for output in self.outputs:
-                output.end(self, None)
+                output.end(self.context, None)
         finally:
             for output in self.outputs:
                 output.close()
@@ -375,7 +388,7 @@ class Runner:
         else:
             self.agent.tracking_data.clear()  # nobody writes it out: do not let it grow for the whole run
         for output in self.outputs:
-            output.after_iteration(self, progress)
+            output.after_iteration(self.context, progress)
 
     def _record_capture(self, captured: bool) -> None:
         """``train.capture=auto``'s outcome, into the run's config file (rank 0)."""

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from omni_sfp.bench import report
-from omni_sfp.bench.__main__ import main
+from omni_sfp.bench.__main__ import build_parser, main
 from omni_sfp.bench.configs import DEFAULT_ROWS, PRESETS, ROWS, Work, precision_effect, select_rows
 from omni_sfp.bench.envs import make_bench_env
 from omni_sfp.bench.quality import welch
@@ -98,7 +98,7 @@ def test_every_row_of_the_quick_preset_times_its_updates_with_finite_numbers(qui
             "torch": "t",
             "skrl": "s",
             "rl_games": "r",
-            "command": "python -m omni_sfp.bench --quick",
+            "command": "python -m omni_sfp.bench table --quick",
             "env": "ConstantCost",
             "cpu_flags": ["avx2", "avx512f"],
         },
@@ -259,16 +259,27 @@ def test_welch_verdicts(a, b, expected):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["--envs", "0"], "'0' is not a positive integer"),
-        (["--preset", "gpu"], "invalid choice: 'gpu'"),
-        (["--units", "a,b"], "'a,b' is not a comma-separated list"),
-        (["--minibatch", "3"], "does not divide"),
-        (["--rows", "nope"], "unknown row nope"),
-        (["--task", "Cartpole"], "--task needs --replay"),
-        (["--quality", "--replay", "4"], "--replay does not apply with --quality"),
-        (["--seeds", "3"], "--seeds does not apply without --quality"),
-        (["--quality", "--quality-tasks", "Cartpol"], "unknown task 'Cartpol'"),
-        (["--quick", "--preset", "cpu"], "--quick contradicts --preset cpu"),
+        ([], "the following arguments are required: COMMAND"),
+        (["--quick"], "--quick: a command comes first (table, quality,"),  # the old flags
+        (["--cold-start", "--repetitions", "3"], "then its flags: python -m omni_sfp.bench coldstart ..."),
+        (["tabel"], "invalid choice: 'tabel'"),
+        (["table", "--envs", "0"], "'0' is not a positive integer"),
+        (["table", "--preset", "gpu"], "invalid choice: 'gpu'"),
+        (["table", "--preset", "pixels"], "invalid choice: 'pixels'"),
+        (["table", "--units", "a,b"], "'a,b' is not a comma-separated list"),
+        (["table", "--units", "8,0"], "every layer size must be >= 1"),
+        (["table", "--minibatch", "3"], "does not divide"),
+        (["table", "--rows", "nope"], "unknown row nope"),
+        (["table", "--task", "Cartpole"], "--task needs --replay"),
+        (["table", "--quick", "--preset", "cpu"], "argument --preset: not allowed with argument --quick"),
+        (["table", "--seeds", "3"], "unrecognized arguments: --seeds 3"),
+        (["table", "--train-args", "num_envs=8"], "unrecognized arguments: --train-args"),
+        (["quality", "--replay", "4"], "unrecognized arguments: --replay 4"),
+        (["quality", "--tasks", "Cartpol"], "unknown task 'Cartpol'"),
+        (["pixels", "--minibatch", "3"], "--minibatch 3 does not divide envs x horizon = 128"),
+        (["pixels", "--rows", "all"], "unrecognized arguments: --rows all"),
+        (["soak", "--iterations", "0"], "argument --iterations: '0' is not an integer >= 1"),
+        (["coldstart", "--units", "8"], "unrecognized arguments: --units 8"),
     ],
 )
 def test_bad_arguments_print_one_line_and_exit_2(args, expected, capsys):
@@ -279,10 +290,25 @@ def test_bad_arguments_print_one_line_and_exit_2(args, expected, capsys):
     assert err.startswith("omni_sfp.bench: error: ") and expected in err and err.count("\n") == 1
 
 
+def test_the_table_offers_every_preset_of_the_configs():
+    table = next(a for a in build_parser()._subparsers._group_actions[0].choices.values() if a.prog.endswith("table"))
+    preset = next(action for action in table._actions if action.dest == "preset")
+    assert list(preset.choices) == list(PRESETS)
+
+
+def test_the_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("table", "quality", "pixels", "gpu", "soak", "coldstart", "env-overhead"):
+        assert f"\n    {command}" in out, command
+
+
 @pytest.mark.slow
 def test_the_command_itself_exits_2_on_a_bad_argument():
     result = subprocess.run(
-        [sys.executable, "-m", "omni_sfp.bench", "--repetitions", "-1"],
+        [sys.executable, "-m", "omni_sfp.bench", "table", "--repetitions", "-1"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -405,3 +431,21 @@ def test_the_isaaclab_preset_is_humanoid_sized_and_scaled_down_on_a_cpu():
     assert gpu.num_envs == 4096 and cpu.num_envs == 256
     env = make_bench_env(cpu, device="cpu", seed=0)
     assert env.observation_space.shape == (87,) and env.action_space.shape == (21,)
+
+
+def test_soak_runs_as_a_command_and_finds_no_graph_kept(tmp_path, capsys):
+    out = tmp_path / "soak.json"
+    small = ["num_envs=8", "train.models.units=[8]", "train.ppo.rollouts=4", "train.ppo.mini_batches=2"]
+    assert main(["soak", "--iterations", "3", "--warmup", "1", "--out", str(out), *small]) == 0
+    result = json.loads(out.read_text())
+    assert [s["iteration"] for s in result["samples"]] == [1, 2, 3]
+    assert result["summary"]["cache_entries_with_graph"] == 0 and result["summary"]["sfp_share_rate"] == 1.0
+    assert "[soak] RSS" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_gpu_hands_its_arguments_to_the_gpu_script(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["gpu", "--device", "cuda"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("omni_sfp.bench.gpu: error: --device cuda: CUDA is not available")

@@ -83,10 +83,10 @@ def test_select_configs():
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["--quality", "--quality-configs", "nope"], "unknown quality configuration 'nope'"),
-        (["--quality-configs", "skrl"], "--quality-configs does not apply without --quality"),
-        (["--jobs", "2"], "--jobs does not apply without --quality"),
-        (["--quality", "--quality-set", "train.ppo.learning_rate=-1"], "learning_rate"),
+        (["quality", "--configs", "nope"], "unknown quality configuration 'nope'"),
+        (["table", "--configs", "skrl"], "unrecognized arguments: --configs skrl"),
+        (["table", "--jobs", "2"], "unrecognized arguments: --jobs 2"),
+        (["quality", "--set", "train.ppo.learning_rate=-1"], "learning_rate"),
     ],
 )
 def test_bad_quality_arguments_print_one_line_and_exit_2(args, expected, capsys):

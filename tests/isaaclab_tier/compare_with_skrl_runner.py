@@ -1,6 +1,6 @@
 """Our CLI vs skrl's own ``Runner`` on a real Isaac Lab 3 task, with the same registered skrl config, env steps and
 seeds: mean training return (last iterations) and SPS of each, the two sides taking turns to run first. Not a test
-(it takes minutes); docs/isaac-sim.md quotes its output. Run it in the Isaac Lab tier's venv, from the repository root:
+(it takes minutes); docs/benchmarks.md quotes its output. Run it in the Isaac Lab tier's venv, from the repository root:
 
     OMNI_SFP_ISAACLAB_TIER=1 <venv>/bin/python tests/isaaclab_tier/compare_with_skrl_runner.py \\
         --num-envs 64 --iterations 50 --seeds 1 2 [--task Isaac-Cartpole-Camera-Direct --rollouts 32] [--repeats 3]

@@ -38,6 +38,9 @@ with open(args["progress_file"], "a") as f:
         time.sleep(0.02)
 with open(args["progress_file"] + ".done", "w") as f:
     f.write("stopped" if stopped else "finished")
+if os.environ.get("FAKE_RUNNER_LOG"):  # outlives the panel's temporary folder, which shutdown removes
+    with open(os.environ["FAKE_RUNNER_LOG"], "a") as f:
+        f.write(("stopped" if stopped else "finished") + "\\n")
 """
 
 
@@ -173,7 +176,9 @@ def test_disabling_runs_on_shutdown_cleanly(tmp_path):
     run = run_kit(
         tmp_path,
         f"""
+        import os
         import omni_sfp.kit.extension
+        os.environ["FAKE_RUNNER_LOG"] = {str(tmp_path / "outcomes.txt")!r}
         model = omni_sfp.kit.extension.get_instance().model  # the model only: Kit warns if the extension object is kept
         model.runner_module = "fake_runner"
         model.pythonpath = [{str(tmp_path)!r}]
@@ -212,7 +217,8 @@ def test_disabling_runs_on_shutdown_cleanly(tmp_path):
     assert r["model_num_envs"] == 512
     assert r["unpolled_state"] == "running" and r["polled_state"] == "finished"
     done = "progress.jsonl.done"
-    assert (Path(r["first_run_dir"]) / done).read_text() == "stopped"  # SIGINT (it saves a checkpoint), no kill
+    assert not Path(r["first_run_dir"]).exists()  # on_shutdown removed the panel's temporary folder
+    assert (tmp_path / "outcomes.txt").read_text().split() == ["stopped", "finished"]  # SIGINT (a checkpoint), no kill
     assert (Path(r["second_run_dir"]) / done).read_text() == "finished"
     assert r["restarted"] is True and "num_envs=999" in r["restarted_overrides"]
     assert "still alive" not in run.log

@@ -1,10 +1,10 @@
 """The one interface of a run's outputs, and how the runner finds them.
 
-Each output plugs into the run at the same points, which :class:`omni_sfp.run.runner.Runner` calls for every
-output it holds, in the outputs' ``order``:
+Each output plugs into the run at the same points, which the runner (:mod:`omni_sfp.run.runner`) calls for every
+output it holds, in the outputs' ``order``. ``run`` is a :class:`RunContext`, what an output may read of the run:
 
 - ``env_options()``: what the task's env needs at creation (merged into ``task.env``), and
-  ``wrap_env(env, folder)`` once it exists (``folder``: where the run's outputs go, :attr:`Runner.outputs_dir`);
+  ``wrap_env(env, folder)`` once it exists (``folder``: where the run's outputs go, ``RunContext.outputs_dir``);
 - ``start(run)``: training starts (after a resumed checkpoint is loaded);
 - ``after_iteration(run, progress)``: after each iteration's update and log;
 - ``end(run, summary)``: the run finished: training (``summary`` is the run's :class:`Summary`, which an output
@@ -14,15 +14,16 @@ output it holds, in the outputs' ``order``:
 
 An output is a module of this package with ``output_for(cfg, *, main) -> RunOutput | None`` (None: this run does
 not ask for it; ``main``: this process writes the run folder) and, optionally, ``check_config(cfg)``, which
-:func:`omni_sfp.run.compose.validate` calls before anything is built (raising ``ValueError`` on a bad value). So
-adding an output is adding one file here.
+:func:`check_config` calls before anything is built (the runner, and ``python -m omni_sfp.train --cfg job``),
+raising an :class:`OutputError` on a bad value. So adding an output is adding one file here.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,28 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from omni_sfp.ppo.loop import Progress
     from omni_sfp.run.progress import Summary
-    from omni_sfp.run.runner import Runner
+
+
+class OutputError(ValueError):
+    """An output's bad setting, a missing optional package, or what it could not do: one line naming the cause
+    (bad input: ``python -m omni_sfp.train`` exits 2)."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What an output reads of the run it belongs to (the runner makes one once the env is wrapped)."""
+
+    cfg: Any  # the validated config
+    agent: Any  # the SFPPPO agent
+    env: Any  # the env as the loop steps it (wrapped by the outputs)
+    run_dir: Path | None  # the run folder (None on ranks > 0 and with test=true)
+    outputs_dir: Path | None  # where videos/ and exported/ go (with test=true: the checkpoint's run folder)
+    world_size: int  # processes of the run
+    position: Callable[[], int]  # the iteration the run is at, read when asked
+
+    @property
+    def iteration(self) -> int:
+        return self.position()
 
 
 class RunOutput:
@@ -44,13 +66,13 @@ class RunOutput:
     def wrap_env(self, env: Any, folder: Path) -> Any:
         return env
 
-    def start(self, run: Runner) -> None:
+    def start(self, run: RunContext) -> None:
         pass
 
-    def after_iteration(self, run: Runner, progress: Progress) -> None:
+    def after_iteration(self, run: RunContext, progress: Progress) -> None:
         pass
 
-    def end(self, run: Runner, summary: Summary | None) -> None:
+    def end(self, run: RunContext, summary: Summary | None) -> None:
         pass
 
     def close(self) -> None:
@@ -78,7 +100,7 @@ def outputs_for(cfg: Any, *, main: bool) -> list[RunOutput]:
 def check_config(cfg: Any) -> None:
     """Every output's ``check_config`` (its keys, and that its optional packages are installed).
 
-    :raises ValueError: the first bad value, in one line.
+    :raises OutputError: the first bad value, in one line.
     """
     for module in output_modules():
         check = getattr(module, "check_config", None)

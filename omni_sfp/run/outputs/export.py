@@ -27,14 +27,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from omni_sfp.run.outputs.base import RunOutput
+from omni_sfp.run.outputs.base import OutputError, RunOutput
 
 EXPORT_FOLDER = "exported"
 INPUT_NAME, OUTPUT_NAME = "observations", "actions"
 ONNX_OPSET = 17
 
 
-class ExportError(ValueError):
+class ExportError(OutputError):
     """The model cannot be exported (an unknown model class, a non-Box space): one line naming the cause."""
 
 

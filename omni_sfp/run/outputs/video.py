@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from omni_sfp.run.outputs.base import RunOutput
+from omni_sfp.run.outputs.base import OutputError, RunOutput
 
 DEFAULT_FPS = 30
 
 
-class VideoError(ValueError):
+class VideoError(OutputError):
     """A task that renders no usable frame, or bad video settings: one line naming the cause."""
 
 
@@ -58,10 +58,7 @@ def check_config(cfg: Any) -> None:
             "with Isaac Sim's Movie Capture"
         )
     if spec.kind == "embedded":
-        import importlib
-
-        module_name, attr = spec.entry_point.split(":")
-        if not callable(getattr(getattr(importlib.import_module(module_name), attr), "render", None)):
+        if not callable(getattr(spec.load(), "render", None)):
             raise VideoError(
                 f"video=true: task {cfg.task.name} draws nothing (the embedded task with a renderer is "
                 "Cartpole; Gymnasium ids and Isaac Lab tasks render too)"
@@ -270,7 +267,7 @@ class Video(RunOutput):
         return self.env
 
     def start(self, run) -> None:
-        self.env.step_count = run.learner.iteration * run.cfg.train.ppo.rollouts  # step-<n> counts the whole run
+        self.env.step_count = run.iteration * run.cfg.train.ppo.rollouts  # step-<n> counts the whole run
 
     def end(self, run, summary) -> None:
         self.env.flush()

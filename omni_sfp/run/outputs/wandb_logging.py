@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omni_sfp.run.outputs.base import RunOutput
+from omni_sfp.run.outputs.base import OutputError, RunOutput
 
 RUN_ID_FILE = "wandb_run_id"
 
 
-class WandbError(ValueError):
+class WandbError(OutputError):
     """wandb missing, a bad setting, or a run that could not start: one line naming the cause."""
 
 

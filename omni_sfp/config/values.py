@@ -1,0 +1,38 @@
+"""What a composed config's values mean where two settings decide one value, read the same way by everyone who
+reads them (the runner, the run folder, the benchmark, the panel).
+
+Standard library only: the panel reads it in Kit without torch or Hydra. A config here is anything with the
+attributes of ``cfg/config.yaml`` (an OmegaConf ``DictConfig``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+LAST_CHECKPOINT = Path("checkpoints") / "last.pt"  # a run folder's newest checkpoint
+
+
+def num_envs(cfg: Any) -> int:
+    """The effective number of environments: the top-level ``num_envs``, else the task's ``task.env.num_envs``."""
+    return int(cfg.num_envs if cfg.num_envs is not None else cfg.task.env.num_envs)
+
+
+def max_iterations(cfg: Any) -> int:
+    """The run's PPO iterations: the top-level ``max_iterations``, else the task's ``train.max_iterations``."""
+    return int(cfg.max_iterations if cfg.max_iterations is not None else cfg.train.max_iterations)
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The file ``checkpoint=<path>`` names: the file itself, or a run folder's ``checkpoints/last.pt``.
+
+    :raises FileNotFoundError: neither exists; the message names the path in one line.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if not (path / LAST_CHECKPOINT).is_file():
+            raise FileNotFoundError(f"checkpoint {path}: run folder has no {LAST_CHECKPOINT.as_posix()}")
+        return path / LAST_CHECKPOINT
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path}: no such file or run folder")
+    return path
