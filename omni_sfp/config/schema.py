@@ -239,6 +239,14 @@ TOP: tuple[Setting, ...] = (
     _s("checkpoint", "str", "", "checkpoint file or run folder to resume from, or to play with test=true"),
     _s("test", "bool", False, "play the checkpoint with deterministic actions and print the mean return"),
     _s("test_episodes", "int", 1, "with test=true: episodes per environment to average over", minimum=1),
+    _s(
+        "test_checkpoint",
+        "str",
+        "last",
+        "with test=true and a run folder as checkpoint: play its last.pt (where training ended) or best.pt (the "
+        "policy of the best training iteration; a run that lost what it learned says so at its end)",
+        choices=("last", "best"),
+    ),
     _s("resume", "bool", False, "with checkpoint=<run folder>: continue its newest checkpoint in the same folder"),
     _s("runs_dir", "str", "runs", "where run folders are created (relative to the working directory)"),
     _s(

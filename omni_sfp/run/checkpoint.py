@@ -99,14 +99,15 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:160] or type(error).__name__
 
 
-def resolve(path: str | os.PathLike) -> Path:
-    """A checkpoint file, or a run folder (its newest checkpoint: ``checkpoints/last.pt``)."""
+def resolve(path: str | os.PathLike, which: str = "last") -> Path:
+    """A checkpoint file, or a run folder's ``checkpoints/<which>.pt`` (``last``: the newest; ``best``: the best
+    training iteration's)."""
     path = Path(path)
     if path.is_dir():
-        last = path / "checkpoints" / "last.pt"
-        if not last.is_file():
-            raise CheckpointError(f"checkpoint {path}: run folder has no checkpoints/last.pt")
-        return last
+        chosen = path / "checkpoints" / f"{which}.pt"
+        if not chosen.is_file():
+            raise CheckpointError(f"checkpoint {path}: run folder has no checkpoints/{which}.pt")
+        return chosen
     if not path.exists():
         raise CheckpointError(f"checkpoint {path}: no such file or run folder")
     return path

@@ -14,6 +14,30 @@ from omni_sfp.compute import distributed
 from omni_sfp.ppo.agent import SFPPPO
 from omni_sfp.ppo.loop import Progress
 
+# A run kept what it learned when its final deterministic return is at least KEPT_FRACTION of its best training
+# mean over WINDOW iterations (issue 38: a run reached 49 of 50, ended at 27.9, and said nothing)
+KEPT_FRACTION = 0.9
+WINDOW = 10
+
+
+def best_training_mean(history: list[Progress], window: int = WINDOW) -> tuple[float, int, int] | None:
+    """The best mean training return over ``window`` consecutive iterations that finished episodes, with the first
+    and last of those iterations; None when fewer iterations finished any."""
+    points = [(p.iteration, p.mean_return) for p in history if p.mean_return is not None]
+    if len(points) < window:
+        return None
+    means = [
+        (sum(r for _, r in points[i : i + window]) / window, points[i][0], points[i + window - 1][0])
+        for i in range(len(points) - window + 1)
+    ]
+    return max(means, key=lambda m: m[0])
+
+
+def lost(final_return: float, best_mean: float, kept_fraction: float = KEPT_FRACTION) -> bool:
+    """Whether ``final_return`` fell below ``kept_fraction`` of ``best_mean`` (measured by its size: -200 is below
+    90% of a best of -150)."""
+    return final_return < best_mean - (1.0 - kept_fraction) * abs(best_mean)
+
 
 @dataclass
 class Summary:
@@ -27,10 +51,54 @@ class Summary:
     history: list[Progress] = field(default_factory=list)
     interrupted: str | None = None  # "SIGINT" or "SIGTERM" when a signal stopped the run early
     checkpoint: Path | None = None  # the last checkpoint written
+    best_iteration: int | None = None  # the iteration best.pt holds (the best single training iteration's return)
+
+    @property
+    def best_mean(self) -> tuple[float, int, int] | None:
+        """:func:`best_training_mean` of this run's history."""
+        return best_training_mean(self.history)
+
+    @property
+    def kept(self) -> bool | None:
+        """Whether the final deterministic return kept what training reached (:func:`lost`); None when there is
+        no final return or too short a history to tell."""
+        best = self.best_mean
+        if self.final_return is None or best is None:
+            return None
+        return not lost(self.final_return, best[0])
+
+    def best_checkpoint(self) -> Path | None:
+        """``best.pt`` of the run folder, where it was written."""
+        path = self.run_dir / "checkpoints" / "best.pt" if self.run_dir is not None else None
+        return path if path is not None and path.is_file() else None
+
+    def final_record(self) -> dict:
+        """The run's last progress.jsonl line: the final return against the best training mean, and best.pt."""
+        best = self.best_mean
+        record = {"final_return": self.final_return, "kept_what_it_learned": self.kept}
+        if best is not None:
+            record.update(best_training_mean=best[0], best_training_iterations=[best[1], best[2]])
+        if self.kept is False:
+            record.update(best_checkpoint=str(self.best_checkpoint()), best_checkpoint_iteration=self.best_iteration)
+        return record
 
     def line(self) -> str:
         hits = "off" if self.sfp_hit_rate is None else f"{100 * self.sfp_hit_rate:.1f}%"
-        return f"Training time: {self.training_time_s:.1f} s | SPS: {self.sps:.0f} | SFP cache hits: {hits}"
+        line = f"Training time: {self.training_time_s:.1f} s | SPS: {self.sps:.0f} | SFP cache hits: {hits}"
+        if self.kept is False:
+            mean, first, last = self.best_mean
+            best = self.best_checkpoint()
+            where = (
+                f"; best.pt holds iteration {self.best_iteration}: test=true checkpoint={self.run_dir} "
+                "test_checkpoint=best plays it"
+                if best is not None
+                else ""
+            )
+            line += (
+                f" | LOST WHAT IT LEARNED: final return {self.final_return:.2f}, below {KEPT_FRACTION:.0%} of the "
+                f"best training mean {mean:.2f} (iterations {first}-{last}){where}"
+            )
+        return line
 
 
 class ProgressOutput:

@@ -202,7 +202,8 @@ class Runner:
         self.rank, self.world_size = distributed.rank(), distributed.world_size()
         self.device = resolve_device(cfg.device)
         self.cpu_choices = apply_config(cfg, self.device)  # ELU kernels, allocator, threads, Adam: measured per CPU
-        self.resume_from: Path | None = ckpt.resolve(cfg.checkpoint) if cfg.checkpoint else None
+        which = cfg.test_checkpoint if cfg.test else "last"
+        self.resume_from: Path | None = ckpt.resolve(cfg.checkpoint, which) if cfg.checkpoint else None
         self._resume_state: dict[str, Any] | None = None
         if self.resume_from is not None:
             self._resume_state = ckpt.load(self.resume_from, self.device)
@@ -321,6 +322,7 @@ class Runner:
                 history=self.history,
                 interrupted=stop.signal_name,
                 checkpoint=self.checkpoints.last,
+                best_iteration=self.checkpoints.best_iteration,
             )
             for output in self.outputs:
                 output.end(self, summary)
@@ -344,6 +346,16 @@ class Runner:
             for output in self.outputs:
                 output.close()
         return self.output(FinalEvaluation).mean_return
+
+    def played(self) -> str:
+        """Which checkpoint ``test=true`` plays, for its result line: the file's name, its iteration, and for
+        ``best.pt`` the training return that made it the best."""
+        state = self._resume_state or {}
+        name = self.resume_from.name if self.resume_from is not None else "?"
+        what = f"{name}: iteration {state.get('iteration')}"
+        if name == "best.pt" and isinstance(state.get("best_return"), float):
+            what += f", training return {state['best_return']:.2f}"
+        return what
 
     def output(self, kind: type[OutputT]) -> OutputT | None:
         """This run's output of that kind (e.g. :class:`omni_sfp.run.outputs.export.Export`); None when the

@@ -8,6 +8,7 @@ mean of ~499 down to ~260. That was the runner's evaluation until issue 12.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import torch
@@ -74,12 +75,17 @@ def evaluate_agent(agent, env, episodes: int) -> float | None:
 class FinalEvaluation(RunOutput):
     """The deterministic return at the end: one episode per env after training (``summary.final_return``; an
     interrupted run skips it, whoever sent the signal wants the process gone), ``test_episodes`` with ``test=true``
-    (:attr:`mean_return`)."""
+    (:attr:`mean_return`). After training, the last progress line says whether the final return kept what
+    training reached (:meth:`omni_sfp.run.progress.Summary.final_record`), pointing to best.pt where it did not.
+
+    :param progress_file: ``progress_file``, which gets that line too (progress.jsonl of the run folder always does).
+    """
 
     order = 10
 
-    def __init__(self, test_episodes: int) -> None:
+    def __init__(self, test_episodes: int, progress_file: str | None = None) -> None:
         self.test_episodes = test_episodes
+        self.progress_file = progress_file
         self.mean_return: float | None = None
 
     def end(self, run, summary) -> None:
@@ -87,7 +93,13 @@ class FinalEvaluation(RunOutput):
             self.mean_return = evaluate_agent(run.agent, run.env, self.test_episodes)
         elif summary.interrupted is None:
             summary.final_return = evaluate_agent(run.agent, run.env, 1)
+            if summary.run_dir is not None:
+                line = json.dumps(summary.final_record())
+                for path in [summary.run_dir / "progress.jsonl", *([self.progress_file] if self.progress_file else [])]:
+                    with open(path, "a") as file:
+                        file.write(line + "\n")
 
 
 def output_for(cfg, *, main: bool) -> FinalEvaluation | None:
-    return FinalEvaluation(cfg.test_episodes) if main or cfg.test else None  # test=true: every rank plays
+    # test=true: every rank plays
+    return FinalEvaluation(cfg.test_episodes, cfg.progress_file) if main or cfg.test else None

@@ -1,0 +1,106 @@
+"""A run that loses what it learned says so (issue 38): the final deterministic return against the best training
+mean over 10 iterations, in the summary line and progress.jsonl, pointing to best.pt; ``test=true
+test_checkpoint=best`` plays best.pt and says which file it played."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from omni_sfp.ppo.loop import Progress
+from omni_sfp.run import progress
+from omni_sfp.run.compose import ConfigError, load_config
+from omni_sfp.run.progress import Summary, best_training_mean, lost
+from omni_sfp.run.runner import Runner
+from omni_sfp.train import main
+
+SMALL = ["task=Cartpole", "num_envs=32", "train.models.units=[16]", "train.ppo.rollouts=16"]
+SMALL += ["train.ppo.mini_batches=2", "train.ppo.learning_epochs=1"]
+
+
+def point(iteration: int, mean_return: float | None) -> Progress:
+    return Progress(iteration, 16 * iteration, 1.0, mean_return, None, 1.0, 0.0, 0.0)
+
+
+def test_the_best_training_mean_is_over_ten_iterations_that_finished_episodes():
+    returns = [None, *range(1, 13), None, 100.0]  # 12 iterations count; the last window holds the 100
+    history = [point(i + 1, r) for i, r in enumerate(returns)]
+    # windows: 1..10 (mean 5.5), 2..11, 3..12 (7.5), 4..12+100 (iterations 5-15: (4+...+12 + 100) / 10 = 17.2)
+    assert best_training_mean(history) == (pytest.approx(17.2), 5, 15)
+    assert best_training_mean(history[:10]) is None  # 9 iterations finished episodes: too few to tell
+
+
+def test_lost_is_measured_by_the_size_of_the_best_mean():
+    assert lost(44.9, 50.0) and not lost(45.0, 50.0)
+    assert lost(-166.0, -150.0) and not lost(-165.0, -150.0)  # a cost: 10% more than the best is the line
+
+
+def summary(run_dir: Path | None, final: float | None, returns: list[float]) -> Summary:
+    history = [point(i + 1, r) for i, r in enumerate(returns)]
+    return Summary(1.0, 1.0, 1.0, final, None, len(history), run_dir, history, best_iteration=7)
+
+
+def test_a_run_that_kept_what_it_learned_says_nothing_more(tmp_path):
+    kept = summary(tmp_path, 49.0, [50.0] * 12)
+    assert kept.kept is True and "LOST" not in kept.line()
+    assert kept.final_record() == {
+        "final_return": 49.0,
+        "kept_what_it_learned": True,
+        "best_training_mean": 50.0,
+        "best_training_iterations": [1, 10],
+    }
+    assert summary(tmp_path, 10.0, [50.0] * 9).kept is None  # too short a history: no verdict
+
+
+def test_a_run_that_lost_what_it_learned_names_best_pt_and_how_to_play_it(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "best.pt").write_bytes(b"")
+    lost_run = summary(tmp_path, 27.9, [30.0, *[49.0] * 10, 28.0])
+    assert lost_run.kept is False
+    line = lost_run.line()
+    assert line.startswith("Training time: 1.0 s | SPS: 1 | SFP cache hits: 100.0% | LOST WHAT IT LEARNED")
+    assert "final return 27.90" in line and "best training mean 49.00 (iterations 2-11)" in line
+    assert f"best.pt holds iteration 7: test=true checkpoint={tmp_path} test_checkpoint=best" in line
+    record = lost_run.final_record()
+    assert record["kept_what_it_learned"] is False and record["best_checkpoint_iteration"] == 7
+    assert record["best_checkpoint"] == str(tmp_path / "checkpoints" / "best.pt")
+
+
+def test_the_runner_says_so_in_the_summary_and_in_progress_jsonl(tmp_path, monkeypatch):
+    """The whole path: a real run whose final evaluation comes out far below what its training reached."""
+    from omni_sfp.run.outputs import evaluation
+
+    monkeypatch.setattr(evaluation, "evaluate_agent", lambda agent, env, episodes: -1.0)
+    cfg = load_config([*SMALL, "max_iterations=12", f"runs_dir={tmp_path}", f"progress_file={tmp_path / 'p.jsonl'}"])
+    result = Runner(cfg, disable_progressbar=True).train()
+    assert result.final_return == -1.0 and result.kept is False and "LOST WHAT IT LEARNED" in result.line()
+    for path in (result.run_dir / "progress.jsonl", tmp_path / "p.jsonl"):
+        *iterations, last = (json.loads(line) for line in path.read_text().splitlines())
+        assert len(iterations) == 12 and last["kept_what_it_learned"] is False and last["final_return"] == -1.0
+        assert Path(last["best_checkpoint"]).is_file() and last["best_checkpoint_iteration"] == result.best_iteration
+    assert progress.best_training_mean(result.history)[0] == last["best_training_mean"]
+
+
+def test_test_true_plays_best_pt_or_last_pt_and_says_which(tmp_path, capsys):
+    assert main([*SMALL, "max_iterations=3", f"runs_dir={tmp_path}"]) == 0
+    (run,) = tmp_path.glob("Cartpole/*")
+    capsys.readouterr()
+    play = ["task=Cartpole", "num_envs=4", "train.models.units=[16]", "test=true", f"checkpoint={run}"]
+    assert main([*play, "test_checkpoint=best"]) == 0
+    assert f"checkpoint {run / 'checkpoints' / 'best.pt'} (best.pt: iteration " in capsys.readouterr().out
+    assert main(play) == 0
+    assert f"checkpoint {run / 'checkpoints' / 'last.pt'} (last.pt: iteration 3)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["test_checkpoint=best"], "picks the checkpoint test=true plays"),
+        (["test=true", "checkpoint=x.pt", "test_checkpoint=best"], "is no folder"),
+    ],
+)
+def test_test_checkpoint_outside_its_use_is_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(["task=Cartpole", *overrides])
