@@ -124,6 +124,12 @@ def build_parser() -> Parser:
         "--jobs", type=_positive, help="runs trained at once, one process and torch thread each (default 1)"
     )
     quality.add_argument(
+        "--suite",
+        choices=["generic"],
+        help="a suite of public and toy tasks trained with cfg/train/GenericPPO.yaml at fixed step budgets, against "
+        "the RL Zoo's tuned PPO (docs/generic-defaults.md); --quality-tasks picks some of them",
+    )
+    quality.add_argument(
         "--quality-set",
         action="append",
         default=[],
@@ -203,6 +209,7 @@ def _check_mode(parser: Parser, args: argparse.Namespace) -> None:
         "--quality-configs": args.quality_configs,
         "--jobs": args.jobs,
         "--quality-set": args.quality_set or None,
+        "--suite": args.suite,
         "--quality-tasks": None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks,
     }
     modes = [
@@ -399,6 +406,8 @@ def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
     from omni_sfp.envs.registry import get_task
 
     torch.set_num_threads(threads)
+    if args.suite:
+        return _suite(parser, args, device, meta, stem.with_name(stem.name.replace("quality", "suite")), log)
     seeds = args.seeds or 5
     tasks = [t.strip() for t in args.quality_tasks.split(",") if t.strip()]
     try:
@@ -434,6 +443,45 @@ def _quality(parser, args, device, threads, meta, stem: Path, log) -> int:
     plot(report, stem.with_suffix(".png"))
     print(text)
     log(f"[bench] wrote {stem}.json, {stem}.md, {stem}.png")
+    return 0
+
+
+def _suite(parser, args, device, meta, stem: Path, log) -> int:
+    from omni_sfp.bench.quality import markdown_suite, run_suite, select_suite
+
+    if args.quality_configs or args.iterations:
+        parser.error(
+            "--suite trains the generic settings at the suite's step budgets: drop --quality-configs/--iterations"
+        )
+    try:
+        suite = select_suite(args.suite, None if args.quality_tasks == QUALITY_TASKS else args.quality_tasks)
+        if args.quality_set:
+            from omni_sfp.run.compose import load_config
+
+            load_config([f"task={suite[0].task}", *args.quality_set])  # one clear line
+    except ValueError as error:
+        parser.error(str(error))
+    seeds = args.seeds or 3
+    runs_dir = Path(tempfile.mkdtemp(prefix="omni_sfp_suite_"))
+    try:
+        results = run_suite(
+            suite=suite,
+            seeds=range(args.seed, args.seed + seeds),
+            device=device,
+            runs_dir=runs_dir,
+            log=log,
+            overrides=args.quality_set,
+            workers=args.jobs or 1,
+        )
+    finally:
+        shutil.rmtree(runs_dir, ignore_errors=True)
+    report = {"meta": meta, "seeds": seeds, "tasks": results}
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    text = markdown_suite(report)
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+    log(f"[bench] wrote {stem}.json, {stem}.md")
     return 0
 
 

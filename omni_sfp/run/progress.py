@@ -23,7 +23,12 @@ WINDOW = 10
 def best_training_mean(history: list[Progress], window: int = WINDOW) -> tuple[float, int, int] | None:
     """The best mean training return over ``window`` consecutive iterations that finished episodes, with the first
     and last of those iterations; None when fewer iterations finished any."""
-    points = [(p.iteration, p.mean_return) for p in history if p.mean_return is not None]
+    return best_window_mean([(p.iteration, p.mean_return) for p in history], window)
+
+
+def best_window_mean(points: list[tuple[int, float | None]], window: int = WINDOW) -> tuple[float, int, int] | None:
+    """:func:`best_training_mean` of ``(position, mean return or None)`` points (a learning curve)."""
+    points = [(x, r) for x, r in points if r is not None]
     if len(points) < window:
         return None
     means = [
