@@ -220,7 +220,11 @@ def test_the_suite_trains_each_seed_and_reports_whether_it_kept_what_it_learned(
     assert row["kept"] == [None, None]  # two iterations: too short a history to tell
     meta = {"date": "d", "cpu": "c", "device": "cpu", "torch": "t", "skrl": "s", "command": "x"}
     text = markdown_suite({"meta": meta, "seeds": 2, "tasks": results})
-    assert f"| `{task.task}` | Box(6) -> MultiDiscrete([3,3]) | 512 | " in text and "| optimal 40 | " in text and " | n/a | " in text
+    assert (
+        f"| `{task.task}` | Box(6) -> MultiDiscrete([3,3]) | 512 | " in text
+        and "| optimal 40 | " in text
+        and " | n/a | " in text
+    )
 
 
 @pytest.mark.parametrize(
