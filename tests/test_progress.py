@@ -24,12 +24,13 @@ def point(iteration: int, mean_return: float | None) -> Progress:
     return Progress(iteration, 16 * iteration, 1.0, mean_return, None, 1.0, 0.0, 0.0)
 
 
-def test_the_best_training_mean_is_over_ten_iterations_that_finished_episodes():
-    returns = [None, *range(1, 13), None, 100.0]  # 12 iterations count; the last window holds the 100
+def test_the_best_training_mean_is_over_ten_consecutive_iterations():
+    returns = [None, *range(1, 13), None, 100.0]  # iterations 1-15; 1 and 14 finished no episode
     history = [point(i + 1, r) for i, r in enumerate(returns)]
-    # windows: 1..10 (mean 5.5), 2..11, 3..12 (7.5), 4..12+100 (iterations 5-15: (4+...+12 + 100) / 10 = 17.2)
-    assert best_training_mean(history) == (pytest.approx(17.2), 5, 15)
-    assert best_training_mean(history[:10]) is None  # 9 iterations finished episodes: too few to tell
+    # the window of iterations 6-15 holds 5..12 and 100 (iteration 14 finished none): (5 + ... + 12 + 100) / 9
+    assert best_training_mean(history) == (pytest.approx((sum(range(5, 13)) + 100) / 9), 6, 15)
+    assert best_training_mean(history[:9]) is None  # 9 iterations: too short a run to tell
+    assert best_training_mean([point(i, None) for i in range(1, 20)]) is None  # no episode finished
 
 
 def test_lost_is_measured_by_the_size_of_the_best_mean():
@@ -37,7 +38,7 @@ def test_lost_is_measured_by_the_size_of_the_best_mean():
     assert lost(-166.0, -150.0) and not lost(-165.0, -150.0)  # a cost: 10% more than the best is the line
 
 
-def summary(run_dir: Path | None, final: float | None, returns: list[float]) -> Summary:
+def summary(run_dir: Path | None, final: float | None, returns: list[float | None]) -> Summary:
     history = [point(i + 1, r) for i, r in enumerate(returns)]
     return Summary(1.0, 1.0, 1.0, final, None, len(history), run_dir, history, best_iteration=7)
 
@@ -52,6 +53,8 @@ def test_a_run_that_kept_what_it_learned_says_nothing_more(tmp_path):
         "best_training_iterations": [1, 10],
     }
     assert summary(tmp_path, 10.0, [50.0] * 9).kept is None  # too short a history: no verdict
+    sparse = summary(tmp_path, 10.0, [None, None, 50.0] * 4)  # an episode ends every third iteration
+    assert sparse.kept is False and sparse.best_mean == (50.0, 1, 10)
 
 
 def test_a_run_that_lost_what_it_learned_names_best_pt_and_how_to_play_it(tmp_path):

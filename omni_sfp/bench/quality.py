@@ -13,6 +13,7 @@ problem is omni-sfp's or PPO's at those settings. Each row reports the fraction 
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import time
@@ -728,27 +729,34 @@ def run_suite(
         iterations = suite_iterations(task, overrides)
         jobs += [(task, iterations, seed) for seed in seeds]
     finished: dict[tuple[str, int], dict[str, Any]] = {}
-    with _pool(workers) as pool:
-        futures = {
-            pool.submit(
-                train_once,
-                task.task,
-                config,
-                seed,
-                device=device,
-                runs_dir=runs_dir,
-                iterations=iterations,
-                overrides=[*task.overrides, *overrides],
-            ): (task, seed)
-            for task, iterations, seed in jobs
-        }
-        for future in as_completed(futures):
-            task, seed = futures[future]
-            run = finished[(task.task, seed)] = future.result()
-            log(
-                f"[suite] {task.task} seed {seed}: final return {run['final_return']}, best training mean "
-                f"{run['best_training_mean']}, kept {run['kept']} ({run['training_time_s']:.1f} s)"
-            )
+
+    def done(task: SuiteTask, seed: int, run: dict[str, Any]) -> None:
+        finished[(task.task, seed)] = run
+        log(
+            f"[suite] {task.task} seed {seed}: final return {run['final_return']}, best training mean "
+            f"{run['best_training_mean']}, kept {run['kept']} ({run['training_time_s']:.1f} s)"
+        )
+
+    def train(task: SuiteTask, iterations: int, seed: int) -> Any:
+        return functools.partial(
+            train_once,
+            task.task,
+            config,
+            seed,
+            device=device,
+            runs_dir=runs_dir,
+            iterations=iterations,
+            overrides=[*task.overrides, *overrides],
+        )
+
+    if workers <= 1:  # one after another, each reported as it ends
+        for task, iterations, seed in jobs:
+            done(task, seed, train(task, iterations, seed)())
+    else:
+        with _pool(workers) as pool:
+            futures = {pool.submit(train(*job)): (job[0], job[2]) for job in jobs}
+            for future in as_completed(futures):
+                done(*futures[future], future.result())
     for task in suite:
         runs = [finished[(task.task, seed)] for seed in seeds]
         finals = [r["final_return"] for r in runs if r["final_return"] is not None]

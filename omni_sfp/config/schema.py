@@ -253,7 +253,8 @@ TOP: tuple[Setting, ...] = (
         "progress_file",
         "str",
         None,
-        "also append one JSON line per iteration here (the Kit panel reads it)",
+        "also append one JSON line per iteration here (the Kit panel reads it), and at the end one with the final "
+        "return and whether it kept what training reached",
         nullable=True,
     ),
     # outputs beyond checkpoints (Isaac Lab's --video flags, its play.py export, OmniIsaacGymEnvs' wandb_* keys)

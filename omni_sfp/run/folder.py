@@ -1,7 +1,7 @@
 """The run folder and its checkpoints: where a run writes, what a checkpoint holds, and how a run resumes.
 
 ``runs/<task>/<timestamp>_<experiment>/`` alone reproduces a run: ``config.yaml`` (the resolved config),
-TensorBoard scalars, ``progress.jsonl`` (one line per iteration), ``checkpoints/`` (``last.pt``, ``best.pt``,
+TensorBoard scalars, ``progress.jsonl`` (one line per iteration, then one with the final return), ``checkpoints/`` (``last.pt``, ``best.pt``,
 the newest ``iter_<n>.pt``) and ``learning_curve.png``.
 
 Resuming (``checkpoint=<file or run folder>``) restores everything the rest of the run depends on and

@@ -21,21 +21,23 @@ WINDOW = 10
 
 
 def best_training_mean(history: list[Progress], window: int = WINDOW) -> tuple[float, int, int] | None:
-    """The best mean training return over ``window`` consecutive iterations that finished episodes, with the first
-    and last of those iterations; None when fewer iterations finished any."""
+    """The best mean training return over ``window`` consecutive iterations (the mean of the iterations among them
+    that finished episodes: a 200-step episode ends every 12 iterations of 16 steps), with the first and last of
+    those iterations; None for a run shorter than ``window`` iterations or one that finished no episode."""
     return best_window_mean([(p.iteration, p.mean_return) for p in history], window)
 
 
 def best_window_mean(points: list[tuple[int, float | None]], window: int = WINDOW) -> tuple[float, int, int] | None:
-    """:func:`best_training_mean` of ``(position, mean return or None)`` points (a learning curve)."""
-    points = [(x, r) for x, r in points if r is not None]
+    """:func:`best_training_mean` of a learning curve's ``(position, mean return or None)`` points, one per
+    iteration."""
     if len(points) < window:
         return None
-    means = [
-        (sum(r for _, r in points[i : i + window]) / window, points[i][0], points[i + window - 1][0])
-        for i in range(len(points) - window + 1)
-    ]
-    return max(means, key=lambda m: m[0])
+    means = []
+    for start in range(len(points) - window + 1):
+        returns = [r for _, r in points[start : start + window] if r is not None]
+        if returns:
+            means.append((sum(returns) / len(returns), points[start][0], points[start + window - 1][0]))
+    return max(means, key=lambda m: m[0]) if means else None
 
 
 def lost(final_return: float, best_mean: float, kept_fraction: float = KEPT_FRACTION) -> bool:
@@ -66,7 +68,7 @@ class Summary:
     @property
     def kept(self) -> bool | None:
         """Whether the final deterministic return kept what training reached (:func:`lost`); None when there is
-        no final return or too short a history to tell."""
+        no final return or too short a history to tell. A resumed run judges from the iterations it ran."""
         best = self.best_mean
         if self.final_return is None or best is None:
             return None
