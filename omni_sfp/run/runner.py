@@ -166,6 +166,15 @@ def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *,
     return agent_cfg
 
 
+def kl_rate_bound(cfg: DictConfig) -> float | None:
+    """The KL-adaptive rate's bound where it is not annealed (it stays where a sure policy drives the rate), else
+    None."""
+    p = cfg.train.ppo
+    return (
+        float(p.max_learning_rate) if p.learning_rate_schedule == "kl_adaptive" and not p.learning_rate_anneal else None
+    )
+
+
 def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_dir: Path | None) -> SFPPPO:
     from skrl.memories.torch import RandomMemory
 
@@ -323,6 +332,7 @@ class Runner:
                 interrupted=stop.signal_name,
                 checkpoint=self.checkpoints.last,
                 best_iteration=self.checkpoints.best_iteration,
+                rate_bound=kl_rate_bound(cfg),
             )
             for output in self.outputs:
                 output.end(self, summary)

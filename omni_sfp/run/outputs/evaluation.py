@@ -94,10 +94,25 @@ class FinalEvaluation(RunOutput):
         elif summary.interrupted is None:
             summary.final_return = evaluate_agent(run.agent, run.env, 1)
             if summary.run_dir is not None:
+                best = summary.best_checkpoint()
+                if summary.below_training and best is not None and summary.checkpoint is not None:
+                    summary.best_checkpoint_return = self._play(run, best, then=summary.checkpoint)
                 line = json.dumps(summary.final_record())
                 for path in [summary.run_dir / "progress.jsonl", *([self.progress_file] if self.progress_file else [])]:
                     with open(path, "a") as file:
                         file.write(line + "\n")
+
+    @staticmethod
+    def _play(run, best, *, then) -> float | None:
+        """best.pt's deterministic return, one episode per env as the final one; then the models of checkpoint
+        ``then`` (the last one written: the state training ended in) again, for the outputs after this one."""
+        from omni_sfp.run import checkpoint as ckpt
+
+        run.load_state_dict(ckpt.load(best, run.device), source=best, models_only=True)
+        try:
+            return evaluate_agent(run.agent, run.env, 1)
+        finally:
+            run.load_state_dict(ckpt.load(then, run.device), source=then, models_only=True)
 
 
 def output_for(cfg, *, main: bool) -> FinalEvaluation | None:
