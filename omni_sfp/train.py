@@ -277,7 +277,10 @@ def _run(argv: list[str]):
             _error(error)
             return Outcome(EXIT_USAGE)
         shown = "no episode finished" if mean_return is None else f"{mean_return:.2f}"
-        print(f"Test: {cfg.task.name} | checkpoint {runner.resume_from} | mean return (deterministic): {shown}")
+        print(
+            f"Test: {cfg.task.name} | checkpoint {runner.resume_from} ({runner.played()}) | mean return "
+            f"(deterministic): {shown}"
+        )
         _print_outputs(runner)
         return Outcome(EXIT_OK, played_return=mean_return)
 

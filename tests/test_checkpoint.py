@@ -208,6 +208,7 @@ def test_best_pt_holds_the_best_iteration_and_is_written_with_the_next_checkpoin
     best_iteration = max(returns, key=returns.get)
     best = ckpt.load(folder / "best.pt")
     assert best["iteration"] == best_iteration and best["best_return"] == returns[best_iteration]
+    assert best["best_iteration"] == best_iteration == checkpoints.best_iteration  # what the summary line names
     assert ckpt.load(folder / "last.pt")["iteration"] == 5 and checkpoints.best_return == returns[best_iteration]
 
 

@@ -178,8 +178,8 @@ def test_rank_0_alone_writes_the_run_folder(launch):
     out, _, result = launch
     (run,) = (out / "runs" / "LQR60x8").iterdir()
     assert len(list(run.glob("events.out.tfevents*"))) == 1
-    progress = [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines()]
-    assert [p["iteration"] for p in progress] == list(range(1, ITERATIONS + 1))
+    *progress, end = [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines()]
+    assert [p["iteration"] for p in progress] == list(range(1, ITERATIONS + 1)) and "final_return" in end
     assert "32 envs on cpu x 2 processes" in result.stdout and result.stdout.count("Training time:") == 2
     checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert len(checkpoint["local"]) == 2  # both ranks' environments and RNG states, for an exact resume

@@ -80,8 +80,8 @@ def train_until_sigterm(tmp: Path, last_iteration: int, *overrides: str) -> Path
 
 
 def progress(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "progress.jsonl").read_text().splitlines()
-    return [{k: json.loads(line)[k] for k in DETERMINISTIC} for line in lines]
+    lines = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    return [{k: line[k] for k in DETERMINISTIC} for line in lines if "iteration" in line]  # not the end's line
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

@@ -230,7 +230,7 @@ def test_a_gymnasium_id_with_a_train_file_of_its_own_takes_it_and_others_take_th
     pendulum = load_config(["task=gym:Pendulum-v1"])
     generic = yaml.safe_load((config_dir() / "train" / "GenericPPO.yaml").read_text())
     assert pendulum.train.ppo.learning_epochs == generic["ppo"]["learning_epochs"]
-    assert pendulum.train.ppo.rollouts == 16
+    assert pendulum.train.ppo.rollouts == generic["ppo"]["rollouts"]
     assert load_config(["task=gym:Hopper-v5", "train.ppo.rollouts=32"]).train.ppo.rollouts == 32  # overrides win
 
 

@@ -47,8 +47,8 @@ def test_cli_trains_writes_a_complete_run_folder_and_plays_it_back(tmp_path):
     names = {p.name for p in run.iterdir()}
     assert {"config.yaml", "progress.jsonl", "learning_curve.png", "checkpoints"} <= names
     assert any(n.startswith("events.out.tfevents") for n in names)
-    lines = [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines()]
-    assert [p["iteration"] for p in lines] == [1, 2, 3]
+    *lines, end = [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines()]
+    assert [p["iteration"] for p in lines] == [1, 2, 3] and "final_return" in end  # a line per iteration, then the end
     assert {"sps", "mean_return", "sfp_hit_rate", "rollout_s", "update_s"} <= set(lines[0])
     assert (run / "checkpoints" / "last.pt").is_file()
 

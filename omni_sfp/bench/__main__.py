@@ -100,7 +100,7 @@ def build_parser() -> Parser:
     table.set_defaults(run=_table, parser=table)
 
     quality = commands.add_parser("quality", help=COMMANDS["quality"], description=COMMANDS["quality"])
-    quality.add_argument("--seeds", type=positive, default=5, help="seeds per configuration (default 5)")
+    quality.add_argument("--seeds", type=positive, help="seeds per configuration (default 5; 3 with --suite)")
     quality.add_argument("--tasks", default=QUALITY_TASKS, help=f"comma-separated tasks (default {QUALITY_TASKS})")
     quality.add_argument("--iterations", type=positive, help="PPO updates per run (default: each task's config)")
     quality.add_argument(
@@ -109,6 +109,12 @@ def build_parser() -> Parser:
     )
     quality.add_argument(
         "--jobs", type=positive, default=1, help="runs trained at once, one process and torch thread each"
+    )
+    quality.add_argument(
+        "--suite",
+        choices=["generic"],
+        help="a suite of public and toy tasks trained with cfg/train/GenericPPO.yaml at fixed step budgets, against "
+        "the RL Zoo's tuned PPO (docs/generic-defaults.md); --tasks picks some of them",
     )
     quality.add_argument(
         "--set",
@@ -355,7 +361,9 @@ def _quality(args, *, device, threads, meta, stamp) -> int:
 
     torch.set_num_threads(threads)
     stem = Path(args.out) / f"quality-{stamp}"
-    seeds = args.seeds
+    if args.suite:
+        return _suite(args, device, meta, stem.with_name(stem.name.replace("quality", "suite")))
+    seeds = args.seeds or 5
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     try:
         for task in tasks or [args.tasks]:
@@ -390,6 +398,45 @@ def _quality(args, *, device, threads, meta, stamp) -> int:
     plot(report, stem.with_suffix(".png"))
     print(text)
     log(f"[bench] wrote {stem}.json, {stem}.md, {stem}.png")
+    return 0
+
+
+def _suite(args, device, meta, stem: Path) -> int:
+    from omni_sfp.bench.quality import markdown_suite, run_suite, select_suite
+
+    if args.configs or args.iterations:
+        args.parser.error(
+            "--suite trains the generic settings at the suite's step budgets: drop --configs/--iterations"
+        )
+    try:
+        suite = select_suite(args.suite, None if args.tasks == QUALITY_TASKS else args.tasks)
+        if args.overrides:
+            from omni_sfp.run.compose import load_config
+
+            load_config([f"task={suite[0].task}", *args.overrides])  # one clear line
+    except ValueError as error:
+        args.parser.error(str(error))
+    seeds = args.seeds or 3
+    runs_dir = Path(tempfile.mkdtemp(prefix="omni_sfp_suite_"))
+    try:
+        results = run_suite(
+            suite=suite,
+            seeds=range(args.seed, args.seed + seeds),
+            device=device,
+            runs_dir=runs_dir,
+            log=log,
+            overrides=args.overrides,
+            workers=args.jobs,
+        )
+    finally:
+        shutil.rmtree(runs_dir, ignore_errors=True)
+    report = {"meta": meta, "seeds": seeds, "tasks": results}
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    text = markdown_suite(report)
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+    log(f"[bench] wrote {stem}.json, {stem}.md")
     return 0
 
 

@@ -13,6 +13,7 @@ problem is omni-sfp's or PPO's at those settings. Each row reports the fraction 
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import time
@@ -192,6 +193,10 @@ def train_once(
         "optimal_return": summary.optimal_return,
         "curve": [(p.timestep * runner.env.num_envs, p.mean_return) for p in summary.history],
         "training_time_s": summary.training_time_s,
+        "env_steps": summary.iterations * cfg.train.ppo.rollouts * runner.env.num_envs,
+        "best_training_mean": summary.best_mean[0] if summary.best_mean is not None else None,
+        "best_checkpoint_return": summary.best_checkpoint_return,
+        "kept": summary.kept,
     }
 
 
@@ -630,3 +635,196 @@ def plot(report: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+# -- the generic-defaults suite (docs/generic-defaults.md) -------------------------------------------------------
+
+TOY = "gym:omni_sfp.bench.toy_tasks:OmniSfpBench/"
+REFERENCE_SHARE = 0.8  # a suite task passes when the mean over seeds reaches this share of its reference figure
+
+
+@dataclass(frozen=True)
+class SuiteTask:
+    """One task of the suite: trained with ``cfg/train/GenericPPO.yaml`` for ``steps`` env steps (rounded up to
+    whole iterations), compared with ``reference``: the RL Baselines3 Zoo's tuned PPO (benchmark.md: one trained
+    agent, deterministic evaluation, +- over its evaluation episodes) or a toy task's optimal return."""
+
+    task: str
+    shape: str  # observations -> actions, as the table shows them
+    steps: int
+    reference: float
+    source: str  # where the reference comes from, and its step budget
+    overrides: tuple[str, ...] = ()  # train=GenericPPO for an id that has a train file of its own
+
+    def passes(self, mean: float) -> bool:
+        """At least :data:`REFERENCE_SHARE` of the reference; for a negative reference (a cost), at most
+        1 / REFERENCE_SHARE times its cost."""
+        if self.reference < 0:
+            return mean >= self.reference / REFERENCE_SHARE
+        return mean >= REFERENCE_SHARE * self.reference
+
+
+GENERIC = ("train=GenericPPO",)  # these ids have a train file of their own; the suite measures the generic one
+SUITE = (
+    SuiteTask("gym:CartPole-v1", "Box(4) -> Discrete(2)", 100_000, 500.0, "Zoo PPO 500 +- 0, 100k", GENERIC),
+    SuiteTask(
+        "gym:Acrobot-v1", "Box(6) -> Discrete(3)", 250_000, -73.5, "Zoo PPO -73.5 +- 18.2, 1M (we: 1/4)", GENERIC
+    ),
+    SuiteTask("gym:Pendulum-v1", "Box(3) -> Box(1)", 100_000, -172.2, "Zoo PPO -172.2 +- 104.2, 100k"),
+    SuiteTask("gym:LunarLander-v3", "Box(8) -> Discrete(4)", 1_000_000, 242.1, "Zoo PPO (v2) 242.1 +- 31.8, 1M"),
+    SuiteTask("gym:LunarLanderContinuous-v3", "Box(8) -> Box(2)", 1_000_000, 270.9, "Zoo PPO (v2) 270.9 +- 32.1, 1M"),
+    SuiteTask("gym:Walker2d-v5", "Box(17) -> Box(6)", 1_000_000, 3478.8, "Zoo PPO (v3) 3478.8 +- 821.7, 1M"),
+    SuiteTask(f"{TOY}SidePick-v0", "16x16x3 uint8 -> Discrete(2)", 200_000, 50.0, "optimal 50 (random 25)"),
+    SuiteTask(
+        f"{TOY}PixelTarget-v0", "12x12x1 uint8 -> MultiDiscrete([3,3])", 100_000, 40.0, "optimal 40 (random 13.3)"
+    ),
+    SuiteTask(f"{TOY}MatchTheTarget-v0", "Box(6) -> MultiDiscrete([3,3])", 50_000, 40.0, "optimal 40 (random 13.3)"),
+)
+SUITES = {"generic": SUITE}
+
+
+def select_suite(name: str, tasks: str | None = None) -> tuple[SuiteTask, ...]:
+    """Suite ``name``'s tasks, or those of them named in ``tasks`` (comma-separated).
+
+    :raises ValueError: an unknown suite or task.
+    """
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; choose from {', '.join(SUITES)}")
+    suite = SUITES[name]
+    if tasks is None:
+        return suite
+    wanted = [t.strip() for t in tasks.split(",") if t.strip()]
+    known = {t.task: t for t in suite}
+    unknown = [t for t in wanted if t not in known]
+    if unknown or not wanted:
+        raise ValueError(f"not in suite {name!r}: {', '.join(map(repr, unknown)) or repr(tasks)}")
+    return tuple(known[t] for t in wanted)
+
+
+def suite_iterations(task: SuiteTask, overrides: Sequence[str] = ()) -> int:
+    """PPO iterations that reach ``task.steps`` env steps with the composed config's envs and rollouts."""
+    from omni_sfp.run.compose import load_config, num_envs
+
+    cfg = load_config([f"task={task.task}", *task.overrides, *overrides])
+    return math.ceil(task.steps / (num_envs(cfg) * cfg.train.ppo.rollouts))
+
+
+def run_suite(
+    *,
+    suite: Sequence[SuiteTask],
+    seeds: Iterable[int],
+    device: str,
+    runs_dir: Path,
+    log: Callable[[str], None],
+    overrides: Sequence[str] = (),
+    workers: int = 1,
+) -> dict[str, Any]:
+    """Train every suite task once per seed with the generic settings (plus ``overrides``, for trying others):
+    the final deterministic return, and whether each seed kept what it learned (its final return is at least
+    :data:`omni_sfp.run.progress.KEPT_FRACTION` of its best 10-iteration training mean)."""
+    config = select_configs("sfp-fp32")[0]
+    seeds = list(seeds)
+    results: dict[str, Any] = {}
+    jobs = []
+    for task in suite:
+        iterations = suite_iterations(task, overrides)
+        jobs += [(task, iterations, seed) for seed in seeds]
+    finished: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def done(task: SuiteTask, seed: int, run: dict[str, Any]) -> None:
+        finished[(task.task, seed)] = run
+        log(
+            f"[suite] {task.task} seed {seed}: final return {run['final_return']}, best training mean "
+            f"{run['best_training_mean']}, kept {run['kept']} ({run['training_time_s']:.1f} s)"
+        )
+
+    def train(task: SuiteTask, iterations: int, seed: int) -> Any:
+        return functools.partial(
+            train_once,
+            task.task,
+            config,
+            seed,
+            device=device,
+            runs_dir=runs_dir,
+            iterations=iterations,
+            overrides=[*task.overrides, *overrides],
+        )
+
+    if workers <= 1:  # one after another, each reported as it ends
+        for task, iterations, seed in jobs:
+            done(task, seed, train(task, iterations, seed)())
+    else:
+        with _pool(workers) as pool:
+            futures = {pool.submit(train(*job)): (job[0], job[2]) for job in jobs}
+            for future in as_completed(futures):
+                done(*futures[future], future.result())
+    for task in suite:
+        runs = [finished[(task.task, seed)] for seed in seeds]
+        finals = [r["final_return"] for r in runs if r["final_return"] is not None]
+        mean = float(np.mean(finals)) if finals else None
+        results[task.task] = {
+            "shape": task.shape,
+            "steps": runs[0]["env_steps"],
+            "reference": task.reference,
+            "source": task.source,
+            "overrides": [*task.overrides, *overrides],
+            "final_returns": [r["final_return"] for r in runs],
+            "best_training_means": [r["best_training_mean"] for r in runs],
+            "best_checkpoint_returns": [r.get("best_checkpoint_return") for r in runs],
+            "kept": [r["kept"] for r in runs],
+            "mean": mean,
+            "std": float(np.std(finals, ddof=1)) if len(finals) > 1 else None,
+            "passes": mean is not None and task.passes(mean),
+            "training_time_s": float(np.mean([r["training_time_s"] for r in runs])),
+            "curves": [r["curve"] for r in runs],
+        }
+    return results
+
+
+def share(final: float, best: float) -> float:
+    """``final`` as a share of ``best``, measured by size as :func:`omni_sfp.run.progress.lost` does (a cost 10%
+    above the best is 90%)."""
+    return 1.0 + (final - best) / abs(best) if best else 1.0
+
+
+def markdown_suite(report: dict[str, Any]) -> str:
+    """The suite's table: task, steps, ours mean +- std over seeds, the reference, and the two checks."""
+    meta = report["meta"]
+    lines = [
+        f"# omni-sfp generic-defaults suite: {report['seeds']} seeds per task, {meta['date']}",
+        "",
+        f"- machine: {meta['cpu']}, device {meta['device']}; torch {meta['torch']}, skrl {meta['skrl']}",
+        f"- command: `{meta['command']}`",
+        "",
+        f"| task | observations -> actions | env steps | ours: mean +- std | reference | >= {REFERENCE_SHARE:.0%} "
+        "| final / best training mean, lowest seed | kept what it learned | s per run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task, r in report["tasks"].items():
+        ours = "-" if r["mean"] is None else f"{r['mean']:.1f}" + ("" if r["std"] is None else f" +- {r['std']:.1f}")
+        kept = r["kept"]
+        played = r.get("best_checkpoint_returns") or [None] * len(kept)
+        lost = [
+            f"{f:.1f} of {b:.1f}" + ("" if p is None else f", best.pt plays {p:.1f}")
+            for f, b, p, k in zip(r["final_returns"], r["best_training_means"], played, kept)
+            if k is False
+        ]
+        kept_cell = "yes" if all(k for k in kept) else ("no: " + ", ".join(lost) if lost else "n/a")
+        shares = [share(f, b) for f, b in zip(r["final_returns"], r["best_training_means"]) if None not in (f, b)]
+        lowest = f"{min(shares):.0%}" if shares else "-"
+        lines.append(
+            f"| `{task}` | {r['shape']} | {r['steps']:,} | {ours} | {r['source']} | {'yes' if r['passes'] else 'no'} "
+            f"| {lowest} | {kept_cell} | {r['training_time_s']:.0f} |"
+        )
+    lines += [
+        "",
+        "Ours: the final deterministic return (mean actions or argmax), the first episode of every env after "
+        "training, averaged over the seeds. Per seed: "
+        + "; ".join(
+            f"{task.rpartition('/')[2] if '/' in task else task}: "
+            + ", ".join("-" if f is None else f"{f:.1f}" for f in r["final_returns"])
+            for task, r in report["tasks"].items()
+        ),
+        "",
+    ]
+    return "\n".join(lines)

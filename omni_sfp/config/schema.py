@@ -239,13 +239,22 @@ TOP: tuple[Setting, ...] = (
     _s("checkpoint", "str", "", "checkpoint file or run folder to resume from, or to play with test=true"),
     _s("test", "bool", False, "play the checkpoint with deterministic actions and print the mean return"),
     _s("test_episodes", "int", 1, "with test=true: episodes per environment to average over", minimum=1),
+    _s(
+        "test_checkpoint",
+        "str",
+        "last",
+        "with test=true and a run folder as checkpoint: play its last.pt (where training ended) or best.pt (the "
+        "policy of the best training iteration; a run that lost what it learned says so at its end)",
+        choices=("last", "best"),
+    ),
     _s("resume", "bool", False, "with checkpoint=<run folder>: continue its newest checkpoint in the same folder"),
     _s("runs_dir", "str", "runs", "where run folders are created (relative to the working directory)"),
     _s(
         "progress_file",
         "str",
         None,
-        "also append one JSON line per iteration here (the Kit panel reads it)",
+        "also append one JSON line per iteration here (the Kit panel reads it), and at the end one with the final "
+        "return and whether it kept what training reached",
         nullable=True,
     ),
     # outputs beyond checkpoints (Isaac Lab's --video flags, its play.py export, OmniIsaacGymEnvs' wandb_* keys)

@@ -23,16 +23,18 @@ def max_iterations(cfg: Any) -> int:
     return int(cfg.max_iterations if cfg.max_iterations is not None else cfg.train.max_iterations)
 
 
-def checkpoint_file(path: str | Path) -> Path:
-    """The file ``checkpoint=<path>`` names: the file itself, or a run folder's ``checkpoints/last.pt``.
+def checkpoint_file(path: str | Path, which: str = "last") -> Path:
+    """The file ``checkpoint=<path>`` names: the file itself, or a run folder's ``checkpoints/<which>.pt``
+    (``last``: the newest; ``best``: the best training iteration's, which ``test_checkpoint=best`` plays).
 
     :raises FileNotFoundError: neither exists; the message names the path in one line.
     """
     path = Path(path)
     if path.is_dir():
-        if not (path / LAST_CHECKPOINT).is_file():
-            raise FileNotFoundError(f"checkpoint {path}: run folder has no {LAST_CHECKPOINT.as_posix()}")
-        return path / LAST_CHECKPOINT
+        chosen = LAST_CHECKPOINT.with_name(f"{which}.pt")
+        if not (path / chosen).is_file():
+            raise FileNotFoundError(f"checkpoint {path}: run folder has no {chosen.as_posix()}")
+        return path / chosen
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path}: no such file or run folder")
     return path

@@ -201,7 +201,11 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
             float(agent["value_clip"]) if clipped else 0.0,
             "agent.value_clip" + ("" if clipped else " (clip_predicted_values: False)"),
         )
-    if "learning_rate_scheduler" in agent:
+    if "learning_rate_scheduler" not in agent:  # skrl's PPO_CFG has none: a fixed rate, whatever GenericPPO says
+        take(
+            "train.ppo.learning_rate_schedule", "fixed", "agent.learning_rate_scheduler (absent: skrl's default, none)"
+        )
+    else:
         scheduler = agent["learning_rate_scheduler"]
         if scheduler in (None, "", "None"):
             take("train.ppo.learning_rate_schedule", "fixed", "agent.learning_rate_scheduler")

@@ -101,11 +101,11 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:160] or type(error).__name__
 
 
-def resolve(path: str | os.PathLike) -> Path:
-    """A checkpoint file, or a run folder (its newest checkpoint), as :func:`omni_sfp.config.values.checkpoint_file`
-    reads ``checkpoint=`` (the panel reads it so too)."""
+def resolve(path: str | os.PathLike, which: str = "last") -> Path:
+    """A checkpoint file, or a run folder's ``checkpoints/<which>.pt``, as
+    :func:`omni_sfp.config.values.checkpoint_file` reads ``checkpoint=`` (the panel reads it so too)."""
     try:
-        return checkpoint_file(path)
+        return checkpoint_file(path, which)
     except FileNotFoundError as error:
         raise CheckpointError(str(error)) from None
 

@@ -132,6 +132,16 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("resume=true needs checkpoint=<run folder>")
     if cfg.resume and cfg.test:
         raise ConfigError("resume=true and test=true: resume continues training, test plays a checkpoint; pick one")
+    if cfg.test_checkpoint != "last" and not cfg.test:
+        raise ConfigError(
+            f"test_checkpoint={cfg.test_checkpoint}: picks the checkpoint test=true plays; training and resume=true "
+            "continue from last.pt"
+        )
+    if cfg.test_checkpoint != "last" and cfg.checkpoint and not os.path.isdir(cfg.checkpoint):
+        raise ConfigError(
+            f"test_checkpoint={cfg.test_checkpoint} picks a file in a run folder, and checkpoint={cfg.checkpoint} "
+            "is no folder: pass the run folder, or the file alone"
+        )
 
     ppo = cfg.train.ppo
     if ppo.learning_rate_schedule == "kl_adaptive" and ppo.desired_kl <= 0:

@@ -1,7 +1,7 @@
 """The run folder and its checkpoints: where a run writes, what a checkpoint holds, and how a run resumes.
 
 ``runs/<task>/<timestamp>_<experiment>/`` alone reproduces a run: ``config.yaml`` (the resolved config),
-TensorBoard scalars, ``progress.jsonl`` (one line per iteration), ``checkpoints/`` (``last.pt``, ``best.pt``,
+TensorBoard scalars, ``progress.jsonl`` (one line per iteration, then one with the final return), ``checkpoints/`` (``last.pt``, ``best.pt``,
 the newest ``iter_<n>.pt``) and ``learning_curve.png``.
 
 Resuming (``checkpoint=<file or run folder>``) restores everything the rest of the run depends on and
@@ -132,6 +132,7 @@ class Checkpoints:
         self.agent, self.env = learner.agent, learner.env
         self.rank, self.world_size = distributed.rank(), distributed.world_size()
         self.best_return = float("-inf")
+        self.best_iteration: int | None = None  # the iteration best.pt holds
         self.last: Path | None = None  # the newest checkpoint written (None before the first, and on ranks > 0)
         self._best_state: dict[str, Any] | None = None  # in memory until the next checkpoint writes best.pt
 
@@ -162,6 +163,7 @@ class Checkpoints:
             "timestep": self.learner.timestep,
             "iteration": self.learner.iteration,
             "best_return": self.best_return,
+            "best_iteration": self.best_iteration,
             "local": local,  # one entry per rank
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
@@ -178,6 +180,7 @@ class Checkpoints:
             return
         self.learner.iteration = state["iteration"]
         self.best_return = state["best_return"]
+        self.best_iteration = state.get("best_iteration")  # absent from checkpoints written before it was kept
         local = state["local"]
         if len(local) != self.world_size:
             # another number of processes: models, optimizer and counters continue; environments start afresh
@@ -226,7 +229,7 @@ class Checkpoints:
         """The loop's ``checkpoint`` callback: remember a new best state; write every ``checkpoint_interval``
         iterations and when the loop is about to stop."""
         if progress.mean_return is not None and progress.mean_return > self.best_return:
-            self.best_return = progress.mean_return
+            self.best_return, self.best_iteration = progress.mean_return, progress.iteration
             best = self.state_dict()  # collective in a multi-process run: every rank improves together
             self._best_state = copy.deepcopy(best) if best is not None else None
         interval = self.cfg.train.checkpoint_interval

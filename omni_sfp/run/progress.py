@@ -14,6 +14,42 @@ from omni_sfp.compute import distributed
 from omni_sfp.ppo.agent import SFPPPO
 from omni_sfp.ppo.loop import Progress
 
+# A run kept what it learned when its final deterministic return is at least KEPT_FRACTION of its best training
+# mean over WINDOW iterations (issue 38: a run reached 49 of 50, ended at 27.9, and said nothing), or, where it is
+# not, of best.pt's deterministic return: the best of hundreds of windows of a noisy return (LunarLander's) sits
+# above the level the policy holds, and a sure policy's mean actions can play below its samples
+KEPT_FRACTION = 0.9
+WINDOW = 10
+# the base's KL-adaptive bound (cfg/train/PPO.yaml, annealed): a run that lost what it learned with a higher one that
+# is not annealed (Isaac Lab's skrl configs: KLAdaptiveLR's default 1e-2) is told how to hold the rate
+HELD_RATE_BOUND = 1e-3
+
+
+def best_training_mean(history: list[Progress], window: int = WINDOW) -> tuple[float, int, int] | None:
+    """The best mean training return over ``window`` consecutive iterations (the mean of the iterations among them
+    that finished episodes: a 200-step episode ends every 12 iterations of 16 steps), with the first and last of
+    those iterations; None for a run shorter than ``window`` iterations or one that finished no episode."""
+    return best_window_mean([(p.iteration, p.mean_return) for p in history], window)
+
+
+def best_window_mean(points: list[tuple[int, float | None]], window: int = WINDOW) -> tuple[float, int, int] | None:
+    """:func:`best_training_mean` of a learning curve's ``(position, mean return or None)`` points, one per
+    iteration."""
+    if len(points) < window:
+        return None
+    means = []
+    for start in range(len(points) - window + 1):
+        returns = [r for _, r in points[start : start + window] if r is not None]
+        if returns:
+            means.append((sum(returns) / len(returns), points[start][0], points[start + window - 1][0]))
+    return max(means, key=lambda m: m[0]) if means else None
+
+
+def lost(final_return: float, best_mean: float, kept_fraction: float = KEPT_FRACTION) -> bool:
+    """Whether ``final_return`` fell below ``kept_fraction`` of ``best_mean`` (measured by its size: -200 is below
+    90% of a best of -150)."""
+    return final_return < best_mean - (1.0 - kept_fraction) * abs(best_mean)
+
 
 @dataclass
 class Summary:
@@ -27,10 +63,77 @@ class Summary:
     history: list[Progress] = field(default_factory=list)
     interrupted: str | None = None  # "SIGINT" or "SIGTERM" when a signal stopped the run early
     checkpoint: Path | None = None  # the last checkpoint written
+    best_iteration: int | None = None  # the iteration best.pt holds (the best single training iteration's return)
+    rate_bound: float | None = None  # a KL-adaptive rate's bound when it is not annealed (None: annealed, or fixed)
+    best_checkpoint_return: float | None = None  # best.pt's deterministic return, played where the final fell short
+
+    @property
+    def best_mean(self) -> tuple[float, int, int] | None:
+        """:func:`best_training_mean` of this run's history."""
+        return best_training_mean(self.history)
+
+    @property
+    def below_training(self) -> bool | None:
+        """Whether the final deterministic return is below :data:`KEPT_FRACTION` of the best training mean; None
+        when there is no final return or too short a history to tell. A resumed run judges from the iterations it
+        ran."""
+        best = self.best_mean
+        if self.final_return is None or best is None:
+            return None
+        return lost(self.final_return, best[0])
+
+    @property
+    def kept(self) -> bool | None:
+        """Whether the run kept what it learned: its final return is not below the training's best
+        (:attr:`below_training`), or best.pt, played the same way, does no better (:func:`lost`)."""
+        below = self.below_training
+        if below is None:
+            return None
+        if below and self.best_checkpoint_return is not None:
+            return not lost(self.final_return, self.best_checkpoint_return)
+        return not below
+
+    def best_checkpoint(self) -> Path | None:
+        """``best.pt`` of the run folder, where it was written."""
+        path = self.run_dir / "checkpoints" / "best.pt" if self.run_dir is not None else None
+        return path if path is not None and path.is_file() else None
+
+    def final_record(self) -> dict:
+        """The run's last progress.jsonl line: the final return against the best training mean, and best.pt."""
+        best = self.best_mean
+        record = {"final_return": self.final_return, "kept_what_it_learned": self.kept}
+        if best is not None:
+            record.update(best_training_mean=best[0], best_training_iterations=[best[1], best[2]])
+        if self.best_checkpoint_return is not None:
+            record.update(best_checkpoint_return=self.best_checkpoint_return)
+        if self.kept is False:
+            record.update(best_checkpoint=str(self.best_checkpoint()), best_checkpoint_iteration=self.best_iteration)
+        return record
 
     def line(self) -> str:
         hits = "off" if self.sfp_hit_rate is None else f"{100 * self.sfp_hit_rate:.1f}%"
-        return f"Training time: {self.training_time_s:.1f} s | SPS: {self.sps:.0f} | SFP cache hits: {hits}"
+        line = f"Training time: {self.training_time_s:.1f} s | SPS: {self.sps:.0f} | SFP cache hits: {hits}"
+        if self.kept is False:
+            mean, first, last = self.best_mean
+            best = self.best_checkpoint()
+            plays = "" if self.best_checkpoint_return is None else f" and plays {self.best_checkpoint_return:.2f}"
+            where = (
+                f"; best.pt holds iteration {self.best_iteration}{plays}: test=true checkpoint={self.run_dir} "
+                "test_checkpoint=best plays it"
+                if best is not None
+                else ""
+            )
+            line += (
+                f" | LOST WHAT IT LEARNED: final return {self.final_return:.2f}, below {KEPT_FRACTION:.0%} of the "
+                f"best training mean {mean:.2f} (iterations {first}-{last}){where}"
+            )
+            if self.rate_bound is not None and self.rate_bound > HELD_RATE_BOUND:
+                line += (
+                    f"; the KL-adaptive rate climbs to its bound {self.rate_bound:g} once the policy is sure of "
+                    f"itself (docs/generic-defaults.md): train.ppo.max_learning_rate={HELD_RATE_BOUND:g} "
+                    "train.ppo.learning_rate_anneal=true hold it"
+                )
+        return line
 
 
 class ProgressOutput:

@@ -174,6 +174,15 @@ def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *,
     return agent_cfg
 
 
+def kl_rate_bound(cfg: DictConfig) -> float | None:
+    """The KL-adaptive rate's bound where it is not annealed (it stays where a sure policy drives the rate), else
+    None."""
+    p = cfg.train.ppo
+    return (
+        float(p.max_learning_rate) if p.learning_rate_schedule == "kl_adaptive" and not p.learning_rate_anneal else None
+    )
+
+
 def build_agent(cfg: DictConfig, env, models: dict, device: torch.device, run_dir: Path | None) -> SFPPPO:
     from skrl.memories.torch import RandomMemory
 
@@ -213,7 +222,8 @@ class Runner:
         self.rank, self.world_size = distributed.rank(), distributed.world_size()
         self.device = resolve_device(cfg.device)
         self.cpu_choices = apply_config(cfg, self.device)  # ELU kernels, allocator, threads, Adam: measured per CPU
-        self.resume_from: Path | None = ckpt.resolve(cfg.checkpoint) if cfg.checkpoint else None
+        which = cfg.test_checkpoint if cfg.test else "last"
+        self.resume_from: Path | None = ckpt.resolve(cfg.checkpoint, which) if cfg.checkpoint else None
         self._resume_state: dict[str, Any] | None = None
         if self.resume_from is not None:
             self._resume_state = ckpt.load(self.resume_from, self.device)
@@ -351,6 +361,8 @@ class Runner:
                 history=self.history,
                 interrupted=stop.signal_name,
                 checkpoint=self.checkpoints.last,
+                best_iteration=self.checkpoints.best_iteration,
+                rate_bound=kl_rate_bound(cfg),
             )
             for output in self.outputs:
                 output.end(self.context, summary)
@@ -374,6 +386,16 @@ class Runner:
             for output in self.outputs:
                 output.close()
         return self.output(FinalEvaluation).mean_return
+
+    def played(self) -> str:
+        """Which checkpoint ``test=true`` plays, for its result line: the file's name, its iteration, and for
+        ``best.pt`` the training return that made it the best."""
+        state = self._resume_state or {}
+        name = self.resume_from.name if self.resume_from is not None else "?"
+        what = f"{name}: iteration {state.get('iteration')}"
+        if name == "best.pt" and isinstance(state.get("best_return"), float):
+            what += f", training return {state['best_return']:.2f}"
+        return what
 
     def output(self, kind: type[OutputT]) -> OutputT | None:
         """This run's output of that kind (e.g. :class:`omni_sfp.run.outputs.export.Export`); None when the

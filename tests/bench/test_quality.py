@@ -10,6 +10,7 @@ from omni_sfp.bench.__main__ import main
 from omni_sfp.bench.quality import (
     CONFIGS,
     LQR_SOLVED_RATIO,
+    TOY,
     markdown,
     plot,
     rlgames_params,
@@ -154,3 +155,89 @@ def test_markdown_reports_the_fraction_solved_and_the_cost_ratio(tmp_path):
     path = tmp_path / "q.png"
     plot(report_with({"a": [1.0, 2.0]}, None, "Cartpole"), path)
     assert path.stat().st_size > 0
+
+
+# -- the generic-defaults suite --------------------------------------------------------------------------------
+
+
+def test_the_suite_covers_the_shapes_issue_38_asks_for_with_three_seeds_by_default():
+    from omni_sfp.bench.quality import SUITE
+
+    shapes = " ".join(t.shape for t in SUITE)
+    assert "-> Discrete" in shapes and "-> Box" in shapes and "MultiDiscrete" in shapes
+    assert sum("uint8" in t.shape for t in SUITE) >= 2  # pixel tasks
+    assert any("LunarLander-v3" in t.task for t in SUITE) and any("LunarLanderContinuous" in t.task for t in SUITE)
+    # ids that have a train file of their own are measured with the generic one
+    generic = load_config(["task=gym:Pendulum-v1"]).train
+    for task in SUITE:
+        assert load_config([f"task={task.task}", *task.overrides]).train == generic, task.task
+
+
+def test_a_suite_task_passes_at_80_percent_of_its_reference_and_a_cost_at_1_25x():
+    from omni_sfp.bench.quality import SuiteTask
+
+    reward = SuiteTask("gym:LunarLander-v3", "", 1, 250.0, "")
+    assert reward.passes(200.0) and not reward.passes(199.9)
+    cost = SuiteTask("gym:Pendulum-v1", "", 1, -172.0, "")
+    assert cost.passes(-215.0) and not cost.passes(-215.1)
+
+
+def test_suite_iterations_reach_the_step_budget_with_whole_iterations():
+    from omni_sfp.bench.quality import SuiteTask, suite_iterations
+
+    task = SuiteTask("gym:Pendulum-v1", "", 100_000, -172.0, "")
+    cfg = load_config(["task=gym:Pendulum-v1", "train.ppo.rollouts=32"])
+    iterations = suite_iterations(task, ["train.ppo.rollouts=32"])
+    assert iterations == math.ceil(100_000 / (cfg.task.env.num_envs * 32))
+
+
+def test_select_suite_names_an_unknown_suite_or_task():
+    from omni_sfp.bench.quality import SUITE, select_suite
+
+    assert select_suite("generic") == SUITE
+    assert [t.task for t in select_suite("generic", "gym:Pendulum-v1")] == ["gym:Pendulum-v1"]
+    with pytest.raises(ValueError, match="unknown suite 'nope'"):
+        select_suite("nope")
+    with pytest.raises(ValueError, match="not in suite 'generic': 'gym:Hopper-v5'"):
+        select_suite("generic", "gym:Hopper-v5")
+
+
+def test_the_suite_trains_each_seed_and_reports_whether_it_kept_what_it_learned(tmp_path):
+    from omni_sfp.bench.quality import SuiteTask, markdown_suite, run_suite
+
+    task = SuiteTask(f"{TOY}MatchTheTarget-v0", "Box(6) -> MultiDiscrete([3,3])", 2 * 16 * 16, 40.0, "optimal 40")
+    results = run_suite(
+        suite=[task],
+        seeds=[0, 1],
+        device="cpu",
+        runs_dir=tmp_path,
+        log=lambda line: None,
+        overrides=["num_envs=16", "train.models.units=[16]", "train.ppo.mini_batches=2"],
+    )
+    row = results[task.task]
+    assert row["steps"] == 2 * 16 * 16 and len(row["final_returns"]) == 2
+    assert row["passes"] == (row["mean"] >= 0.8 * 40) and row["mean"] == sum(row["final_returns"]) / 2
+    assert row["kept"] == [None, None]  # two iterations: too short a history to tell
+    meta = {"date": "d", "cpu": "c", "device": "cpu", "torch": "t", "skrl": "s", "command": "x"}
+    text = markdown_suite({"meta": meta, "seeds": 2, "tasks": results})
+    assert (
+        f"| `{task.task}` | Box(6) -> MultiDiscrete([3,3]) | 512 | " in text
+        and "| optimal 40 | " in text
+        and " | n/a | " in text
+    )
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["quality", "--suite", "generic", "--tasks", "gym:Hopper-v5"], "not in suite 'generic'"),
+        (["table", "--suite", "generic"], "unrecognized arguments: --suite generic"),
+        (["quality", "--suite", "generic", "--iterations", "3"], "--suite trains the generic settings"),
+    ],
+)
+def test_bad_suite_arguments_print_one_line_and_exit_2(args, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("omni_sfp.bench: error: ") and expected in err and err.count("\n") == 1

@@ -61,7 +61,8 @@ def ours(task: str, seed: int, num_envs: int, iterations: int, rollouts: int | N
     if result.returncode:
         raise SystemExit(f"our CLI failed ({result.returncode}): {result.stderr[-3000:]}")
     summary = re.search(r"Training time: ([\d.]+) s \| SPS: (\d+) \| SFP cache hits: ([\d.]+%|off)", result.stdout)
-    returns = [json.loads(line)["mean_return"] for line in progress.read_text().splitlines()]
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    returns = [line["mean_return"] for line in lines if "iteration" in line]  # not the end's line
     return {
         "returns": returns,
         "sps": float(summary.group(2)),

@@ -17,6 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from omni_sfp.config.schema import config_dir
 from omni_sfp.envs import isaaclab, registry
 from omni_sfp.envs.registry import UnknownTaskError
 from omni_sfp.run.compose import ConfigError, load_config
@@ -183,6 +184,9 @@ def test_isaac_ids_take_their_registered_skrl_config_and_num_envs(capsys):
     assert ppo.bounds_loss_scale == 0.0  # skrl's PPO has no bound loss
     assert ppo.max_learning_rate == 1e-2  # KLAdaptiveLR's default max_lr (the config sets none)
     assert cfg.train.max_iterations == 150  # trainer.timesteps 4800 / rollouts 32
+    generic = OmegaConf.load(Path(config_dir()) / "train" / "GenericPPO.yaml")
+    taken = [f"train.ppo.{key}" for key in generic.ppo] + ["train.max_iterations"]
+    assert all(key in cfg.task.upstream for key in taken), taken  # the generic file's keys: all Isaac Lab's here
     source = "isaaclab_tasks.core.cartpole.agents:skrl_direct_ppo_cfg.yaml"
     assert cfg.task.upstream["train.ppo.rollouts"] == f"32 <- {source}: agent.rollouts"
     out = capsys.readouterr().out
@@ -219,7 +223,7 @@ def test_training_through_the_cli(tmp_path):
     assert "SFP cache hits: 100.0%" in result.stdout
     assert f"[omni_sfp] {CARTPOLE}: " in result.stdout  # the upstream settings it took, printed at start
     lines = (tmp_path / "progress.jsonl").read_text().splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3 and "final_return" in lines[-1]  # two iterations, then the end's verdict
     (config_file,) = (tmp_path / "runs").glob("*/*/config.yaml")
     saved = OmegaConf.load(config_file)
     assert saved.train.ppo.learning_rate == 5e-4 and saved.train.ppo.rollouts == 16 and saved.num_envs == 16

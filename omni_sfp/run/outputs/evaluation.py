@@ -8,6 +8,7 @@ mean of ~499 down to ~260. That was the runner's evaluation until issue 12.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import torch
@@ -74,12 +75,17 @@ def evaluate_agent(agent, env, episodes: int) -> float | None:
 class FinalEvaluation(RunOutput):
     """The deterministic return at the end: one episode per env after training (``summary.final_return``; an
     interrupted run skips it, whoever sent the signal wants the process gone), ``test_episodes`` with ``test=true``
-    (:attr:`mean_return`)."""
+    (:attr:`mean_return`). After training, the last progress line says whether the final return kept what
+    training reached (:meth:`omni_sfp.run.progress.Summary.final_record`), pointing to best.pt where it did not.
+
+    :param progress_file: ``progress_file``, which gets that line too (progress.jsonl of the run folder always does).
+    """
 
     order = 10
 
-    def __init__(self, test_episodes: int) -> None:
+    def __init__(self, test_episodes: int, progress_file: str | None = None) -> None:
         self.test_episodes = test_episodes
+        self.progress_file = progress_file
         self.mean_return: float | None = None
 
     def end(self, run, summary) -> None:
@@ -87,7 +93,35 @@ class FinalEvaluation(RunOutput):
             self.mean_return = evaluate_agent(run.agent, run.env, self.test_episodes)
         elif summary.interrupted is None:
             summary.final_return = evaluate_agent(run.agent, run.env, 1)
+            if summary.run_dir is not None:
+                best = summary.best_checkpoint()
+                if summary.below_training and best is not None and summary.checkpoint is not None:
+                    summary.best_checkpoint_return = self._play(run, best, then=summary.checkpoint)
+                line = json.dumps(summary.final_record())
+                for path in [summary.run_dir / "progress.jsonl", *([self.progress_file] if self.progress_file else [])]:
+                    with open(path, "a") as file:
+                        file.write(line + "\n")
+
+    @staticmethod
+    def _play(run, best, *, then) -> float | None:
+        """best.pt's deterministic return, one episode per env as the final one; then the models of checkpoint
+        ``then`` (the last one written: the state training ended in) again, for the outputs after this one."""
+        from omni_sfp.run import checkpoint as ckpt
+
+        def restore(path) -> None:
+            state = ckpt.load(path, run.agent.device)
+            try:
+                run.agent.load_state_dict(state["agent"], models_only=True)
+            except (KeyError, RuntimeError, ValueError, AttributeError) as error:
+                raise ckpt.CheckpointError(f"checkpoint {path}: does not fit this model/task ({error})") from None
+
+        restore(best)
+        try:
+            return evaluate_agent(run.agent, run.env, 1)
+        finally:
+            restore(then)
 
 
 def output_for(cfg, *, main: bool) -> FinalEvaluation | None:
-    return FinalEvaluation(cfg.test_episodes) if main or cfg.test else None  # test=true: every rank plays
+    # test=true: every rank plays
+    return FinalEvaluation(cfg.test_episodes, cfg.progress_file) if main or cfg.test else None
