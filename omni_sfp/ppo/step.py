@@ -80,11 +80,14 @@ class MinibatchStep:
     def loss(self, batch: Minibatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The minibatch's loss and its statistics (:data:`STATISTICS`, float32), both on the device.
 
-        The value call reads the same inputs as the policy call: the single-forward-pass cache serves it (eagerly
-        by its key, in a traced graph by identity, :meth:`SingleForwardPass.end_graph`)."""
+        The value call reads the same inputs as the policy call (for a recurrent model the same hidden states and
+        done masks too, skrl ``PPO_RNN``'s inputs): the single-forward-pass cache serves it (eagerly by its key, in a
+        traced graph by identity, :meth:`SingleForwardPass.end_graph`)."""
         cfg = self.cfg
         with self.autocast():
             inputs = {"observations": batch.observations, "states": batch.states}
+            if batch.hidden is not None:  # a recurrent model: sequences, their first hidden states and episode ends
+                inputs.update(rnn=list(batch.hidden), terminated=batch.terminated, truncated=batch.truncated)
             _, outputs = self.policy.act({**inputs, "taken_actions": batch.actions}, role="policy")
             log_prob = outputs["log_prob"]
             with torch.no_grad():  # approximate KL divergence

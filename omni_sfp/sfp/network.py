@@ -82,11 +82,57 @@ class Role:
         return dict(self.options).get(key, default)
 
 
+RNN_CLASSES = ("LSTM", "GRU")
+_RNN_KEYS = ("class", "hidden_size", "num_layers", "sequence_length", "before_mlp", "concat_input", "layer_norm")
+
+
+@dataclass(frozen=True)
+class RnnSpec:
+    """The ``rnn`` block: a recurrent layer in the shared trunk (:mod:`omni_sfp.sfp.recurrent` builds it)."""
+
+    cls: str = "LSTM"
+    hidden_size: int = 64
+    num_layers: int = 1
+    sequence_length: int = 16  # steps per training sequence (skrl's sequence_length, rl_games' seq_length)
+    before_mlp: bool = True
+    concat_input: bool = False
+    layer_norm: bool = False
+
+    @property
+    def states(self) -> int:
+        """Hidden-state tensors: 2 for an LSTM (h, c), 1 for a GRU."""
+        return 2 if self.cls == "LSTM" else 1
+
+
+def parse_rnn(block: Any, where: str = "train.models.network.rnn") -> RnnSpec:
+    """The ``rnn`` block as an :class:`RnnSpec`.
+
+    :raises NetworkSpecError: an unknown key or class, or a size below 1 (one line naming it).
+    """
+    if not isinstance(block, Mapping):
+        raise NetworkSpecError(f"{where}: expected a mapping ({', '.join(_RNN_KEYS)}), got {type(block).__name__}")
+    unknown = sorted(set(block) - set(_RNN_KEYS))
+    if unknown:
+        raise NetworkSpecError(f"{where}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(_RNN_KEYS)}")
+    cls = str(block.get("class", "LSTM")).upper()
+    if cls not in RNN_CLASSES:
+        raise NetworkSpecError(f"{where}.class: {block.get('class')!r} is not one of {', '.join(RNN_CLASSES)}")
+    values = {}
+    for key in ("hidden_size", "num_layers", "sequence_length"):
+        value = block.get(key, getattr(RnnSpec, key))
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise NetworkSpecError(f"{where}.{key}: {value!r} is not a positive integer")
+        values[key] = value
+    flags = {key: bool(block.get(key, getattr(RnnSpec, key))) for key in ("before_mlp", "concat_input", "layer_norm")}
+    return RnnSpec(cls=cls, **values, **flags)
+
+
 @dataclass(frozen=True)
 class NetworkSpec:
     separate: bool
     policy: Role
     value: Role
+    rnn: RnnSpec | None = None  # a recurrent trunk (omni_sfp.sfp.recurrent), None: feed-forward
 
 
 _MIXIN_OPTIONS = {
@@ -109,7 +155,8 @@ def parse(models: Mapping[str, Any], *, source: str = "train.models.network") ->
     if missing:
         raise NetworkSpecError(f"{source}: no {' or '.join(missing)} model (omni_sfp trains PPO: policy and value)")
     roles = {name: _parse_role(models[name], f"{source}.{name}", name) for name in ("policy", "value")}
-    return NetworkSpec(separate=bool(models.get("separate", False)), **roles)
+    rnn = parse_rnn(models["rnn"], f"{source}.rnn") if models.get("rnn") is not None else None
+    return NetworkSpec(separate=bool(models.get("separate", False)), **roles, rnn=rnn)
 
 
 def _parse_role(role: Mapping[str, Any], where: str, name: str) -> Role:

@@ -1,0 +1,242 @@
+"""Recurrent models (LSTM, GRU) from a network spec with an ``rnn`` block, for skrl's ``PPO_RNN`` protocol.
+
+The block (``train.models.network.rnn``, next to ``separate``; rl_games' ``rnn:`` block maps onto it)::
+
+    rnn: {class: LSTM | GRU, hidden_size: 64, num_layers: 1, sequence_length: 16,
+          before_mlp: true, concat_input: false, layer_norm: false}
+
+rl_games' semantics (``network_builder.py``): ``before_mlp`` runs the recurrent layer on the observations and the
+containers on its output (then ``OBSERVATIONS`` in the containers' inputs is that output), else the containers run
+first and the recurrent layer reads the last one's output; ``concat_input`` concatenates the observations to the
+recurrent layer's input (after the MLP) or output (before the MLP); ``layer_norm`` normalises its output.
+
+The skrl side (``skrl/agents/torch/ppo/ppo_rnn.py`` and its RNN model examples): ``get_specification()`` returns
+``{"rnn": {"sequence_length": L, "sizes": [(num_layers, num_envs, hidden_size), ...]}}`` (h, and c for an LSTM);
+the inputs carry ``"rnn"`` (the hidden states, ``(num_layers, batch, hidden_size)`` each) and, in the update,
+``"terminated"`` and ``"truncated"``: then the batch is ``batch / L`` sequences of ``L`` consecutive steps of one
+env, the hidden states are those before each row (the first of each sequence is used), and a hidden state is
+reset to zero after a step where the episode ended. The outputs carry ``"rnn"``: the hidden states after the call.
+Without ``"terminated"`` the call is one step of every env (the rollout).
+
+Both roles share one trunk through :class:`~omni_sfp.sfp.cache.SingleForwardPass`, keyed on the observations, the
+hidden states and the done masks (and so on the sequence layout: their shapes): the value call after the policy
+call on the same sequence is served, any other call computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium
+import torch
+from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixin, Model, MultiCategoricalMixin
+from torch import nn
+
+from omni_sfp.sfp import network
+from omni_sfp.sfp.cache import SingleForwardPass
+from omni_sfp.sfp.network import NetworkSpec, NetworkSpecError, RnnSpec, Trunk, _SpecModel
+
+RNN_MODULES = {"LSTM": nn.LSTM, "GRU": nn.GRU}
+
+
+class RecurrentTrunk(nn.Module):
+    """The shared trunk: the recurrent layer before or after the spec's containers (:class:`RnnSpec`).
+
+    ``forward(x, terminated, truncated, *hidden) -> (features, *hidden_after)``, every argument explicit so that the
+    cache keys it (``hidden_state_input``). ``terminated`` None: one step per row (the rollout); else ``x`` holds
+    sequences of ``sequence_length`` rows, ``hidden`` the states before every row (the first of each sequence is
+    used) and the state is zeroed after every row where ``terminated | truncated``. The steps run one at a time (the
+    rollout's computation, static shapes; the sequences are short)."""
+
+    hidden_state_input = True
+
+    def __init__(self, spec: NetworkSpec, rnn: RnnSpec, observation_space: gymnasium.Space, init: str) -> None:
+        super().__init__()
+        if not isinstance(observation_space, gymnasium.spaces.Box) or len(observation_space.shape) != 1:
+            raise NetworkSpecError(
+                f"train.models.network.rnn: a recurrent network reads a flat Box observation, the task has "
+                f"{observation_space}"
+            )
+        self.rnn_spec = rnn
+        self.sequence_length = rnn.sequence_length
+        size = int(observation_space.shape[0])
+        if rnn.before_mlp:
+            rnn_in = size
+            mlp_space = gymnasium.spaces.Box(-float("inf"), float("inf"), (rnn.hidden_size + size * rnn.concat_input,))
+            self.mlp = Trunk(spec.policy.network, {"observations": mlp_space, "states": None}, init)
+        else:
+            self.mlp = Trunk(spec.policy.network, {"observations": observation_space, "states": None}, init)
+            rnn_in = self.mlp.features + size * rnn.concat_input
+        if self.mlp.source != "observations":
+            raise NetworkSpecError("train.models.network: a recurrent network's containers read OBSERVATIONS only")
+        self.rnn = RNN_MODULES[rnn.cls](rnn_in, rnn.hidden_size, num_layers=rnn.num_layers, batch_first=True)
+        self.norm = nn.LayerNorm(rnn.hidden_size) if rnn.layer_norm else nn.Identity()
+        self.features = self.mlp.features if rnn.before_mlp else rnn.hidden_size
+
+    def forward(
+        self, x: torch.Tensor, terminated: torch.Tensor | None, truncated: torch.Tensor | None, *hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        spec = self.rnn_spec
+        if spec.before_mlp:
+            out, hidden = self._recurrent(x, terminated, truncated, hidden)
+            out = torch.cat([out, x], dim=-1) if spec.concat_input else out
+            return (self.mlp(out, None), *hidden)
+        out = self.mlp(x, None)
+        out = torch.cat([out, x], dim=-1) if spec.concat_input else out
+        out, hidden = self._recurrent(out, terminated, truncated, hidden)
+        return (out, *hidden)
+
+    def _recurrent(self, x, terminated, truncated, hidden) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        if terminated is None:  # one step of every env
+            out, after = self.rnn(x.unsqueeze(1), self._pack(hidden))
+            return self.norm(out.squeeze(1)), self._unpack(after)
+        length = self.sequence_length
+        if x.shape[0] % length:
+            raise ValueError(f"a batch of {x.shape[0]} rows is not sequences of {length}")
+        done = terminated if truncated is None else terminated | truncated
+        keep = done.reshape(-1, length, 1).logical_not().unsqueeze(0)  # (1, sequences, L, 1)
+        steps = x.reshape(-1, length, x.shape[-1])
+        state = tuple(h.reshape(h.shape[0], -1, length, h.shape[-1])[:, :, 0] for h in hidden)  # (layers, S, H)
+        outputs = []
+        for t in range(length):
+            out, after = self.rnn(steps[:, t : t + 1], self._pack(state))
+            outputs.append(out)
+            state = tuple(torch.where(keep[:, :, t], h, 0.0) for h in self._unpack(after))
+        out = torch.cat(outputs, dim=1).reshape(-1, self.rnn.hidden_size)
+        return self.norm(out), state
+
+    def _pack(self, hidden: tuple[torch.Tensor, ...]):
+        return (
+            (hidden[0].contiguous(), hidden[1].contiguous()) if self.rnn_spec.cls == "LSTM" else hidden[0].contiguous()
+        )
+
+    def _unpack(self, after) -> tuple[torch.Tensor, ...]:
+        return tuple(after) if isinstance(after, tuple) else (after,)
+
+
+class _RecurrentRoles(_SpecModel):
+    """One recurrent model for both roles: the trunk through :class:`SingleForwardPass` (keyed on the observations,
+    hidden states and done masks), a head per role, skrl's ``PPO_RNN`` protocol (module docstring)."""
+
+    def __init__(
+        self,
+        spec: NetworkSpec,
+        observation_space: gymnasium.Space,
+        action_space: gymnasium.Space,
+        device: str | torch.device | None = None,
+        *,
+        num_envs: int = 1,
+        init: str = "torch",
+        cache_check: str = "auto",
+    ) -> None:
+        self._init_model(spec, observation_space, action_space, device, None)
+        self._init_policy_mixin(spec.policy)
+        self._init_value_mixin(spec.value)
+        self.rnn_spec: RnnSpec = spec.rnn
+        self.num_envs = int(num_envs)
+        trunk = RecurrentTrunk(spec, spec.rnn, observation_space, init)
+        self.policy_trunk = self.value_trunk = SingleForwardPass(trunk, cache_check)
+        self._build_policy(spec.policy, trunk, init)
+        self._build_value(spec.value, trunk, init)
+        self.to(self.device)
+
+    def get_specification(self) -> dict[str, Any]:
+        rnn = self.rnn_spec
+        size = (rnn.num_layers, self.num_envs, rnn.hidden_size)
+        return {"rnn": {"sequence_length": rnn.sequence_length, "sizes": [size] * rnn.states}}
+
+    def initial_states(self, num_envs: int | None = None) -> list[torch.Tensor]:
+        """Zero hidden states for ``num_envs`` envs (the model's by default)."""
+        rnn = self.rnn_spec
+        size = (rnn.num_layers, self.num_envs if num_envs is None else num_envs, rnn.hidden_size)
+        return [torch.zeros(size, device=self.device) for _ in range(rnn.states)]
+
+    def _features(self, inputs: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        hidden = inputs.get("rnn")
+        if hidden is None:
+            raise ValueError('a recurrent model needs its hidden states in inputs["rnn"] (skrl\'s PPO_RNN passes them)')
+        features, *after = self.policy_trunk(
+            inputs["observations"], inputs.get("terminated"), inputs.get("truncated"), *hidden
+        )
+        return features, {"rnn": after}
+
+    def act(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        if role == "policy":
+            return self._policy_act(inputs)
+        if role == "value":
+            return DeterministicMixin.act(self, inputs, role=role)
+        raise ValueError(f"{type(self).__name__} plays role 'policy' or 'value', not {role!r}")
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        features, outputs = self._features(inputs)
+        if role == "policy":
+            net, extra = self._policy_outputs(self.policy_head(features))
+            return net, {**extra, **outputs}
+        if role == "value":
+            return self.value_head(features), outputs
+        raise ValueError(f"{type(self).__name__} plays role 'policy' or 'value', not {role!r}")
+
+
+class GaussianRecurrentActorCritic(_RecurrentRoles, GaussianMixin, DeterministicMixin, Model):
+    policy_cls = "GaussianMixin"
+
+
+class CategoricalRecurrentActorCritic(_RecurrentRoles, CategoricalMixin, DeterministicMixin, Model):
+    policy_cls = "CategoricalMixin"
+
+
+class MultiCategoricalRecurrentActorCritic(_RecurrentRoles, MultiCategoricalMixin, DeterministicMixin, Model):
+    policy_cls = "MultiCategoricalMixin"
+
+
+RECURRENT_MODELS = {
+    "GaussianMixin": GaussianRecurrentActorCritic,
+    "CategoricalMixin": CategoricalRecurrentActorCritic,
+    "MultiCategoricalMixin": MultiCategoricalRecurrentActorCritic,
+}
+
+
+def is_recurrent(model: Any) -> bool:
+    """Whether ``model`` follows skrl's RNN protocol (its specification names hidden-state sizes)."""
+    get = getattr(model, "get_specification", None)
+    return bool(get is not None and get().get("rnn", {}).get("sizes"))
+
+
+def build_models(
+    spec: NetworkSpec,
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    device: torch.device,
+    *,
+    num_envs: int,
+    state_space: gymnasium.Space | None = None,
+    init: str = "torch",
+    single_forward_pass: bool = True,
+    cache_check: str = "auto",
+) -> dict[str, Model]:
+    """skrl ``PPO_RNN``'s ``{"policy": model, "value": model}`` for a spec with an ``rnn`` block: one shared model.
+
+    :raises NetworkSpecError: ``separate: true``, a value network unlike the policy's, a critic on states (one line).
+    """
+    if spec.rnn is None:
+        raise NetworkSpecError("train.models.network: no rnn block")
+    if spec.separate:
+        raise NetworkSpecError(
+            "train.models.network.rnn: a recurrent network is shared by the policy and the value (separate: false)"
+        )
+    if spec.value.network != spec.policy.network:
+        raise NetworkSpecError(
+            "train.models.network.rnn: the value's network must be the policy's (one recurrent trunk, a head each)"
+        )
+    network._policy_size(spec.policy.cls, action_space)  # the action space fits the class: one line if not
+    model = RECURRENT_MODELS[spec.policy.cls](
+        spec,
+        observation_space,
+        action_space,
+        device,
+        num_envs=num_envs,
+        init=init,
+        cache_check=cache_check if single_forward_pass else "off",
+    )
+    return {"policy": model, "value": model}
