@@ -305,6 +305,10 @@ def summary(spec: NetworkSpec) -> str:
 
     head = f"policy {spec.policy.cls}: {network(spec.policy)}"
     value = "the same network" if spec.value.network == spec.policy.network else network(spec.value)
+    rnn = spec.rnn
+    if rnn is not None:
+        where = "before" if rnn.before_mlp else "after"
+        head = f"{rnn.cls} {rnn.num_layers}x{rnn.hidden_size} (sequences of {rnn.sequence_length}) {where} the {head}"
     return f"{head}; value {spec.value.cls}: {value}"
 
 
@@ -315,20 +319,26 @@ def _skrl_activation(name: Any) -> str | None:
     return None if name in (None, "", "None", "none") else str(name)
 
 
-def from_rlgames(network: Mapping[str, Any], *, central_value: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """rl_games' ``params.network`` block (``mlp``, ``cnn`` with ``convs``, ``space.continuous`` /
+def from_rlgames(
+    network: Mapping[str, Any], *, central_value: Mapping[str, Any] | None = None, seq_length: int | None = None
+) -> dict[str, Any]:
+    """rl_games' ``params.network`` block (``mlp``, ``cnn`` with ``convs``, ``rnn``, ``space.continuous`` /
     ``discrete`` / ``multi_discrete``) as a skrl ``models`` mapping; ``central_value``: the
-    ``central_value_config.network`` of a separate critic on ``STATES``.
+    ``central_value_config.network`` of a separate critic on ``STATES``; ``seq_length``: rl_games'
+    ``config.seq_length`` (its default, 4, when None), a recurrent network's training sequences.
 
     rl_games' A2C builder (``rl_games/algos_torch/network_builder.py``) runs ``cnn`` then flattens into ``mlp``,
     with ``cnn.permute_input`` (default true) turning NHWC images into NCHW first; both heads read the mlp's output.
+    Its ``rnn`` block (``name: lstm | gru``, ``units``, ``layers``, ``before_mlp``, ``concat_input``, ``layer_norm``)
+    becomes our ``rnn`` block (:class:`RnnSpec`).
 
-    :raises NetworkSpecError: a recurrent network (``rnn``), or a part omni_sfp does not build.
+    :raises NetworkSpecError: a recurrent critic on states, or a part omni_sfp does not build.
     """
-    if network.get("rnn"):
+    rnn = network.get("rnn")
+    if central_value is not None and central_value.get("rnn"):
         raise NetworkSpecError(
-            "params.network.rnn: a recurrent network is not supported (the single forward pass keys on the input, "
-            "and a recurrent trunk's output depends on a hidden state)"
+            "central_value_config.network.rnn: a recurrent critic on states is not supported (a recurrent network "
+            "is one trunk shared by the policy and the value)"
         )
     space = network.get("space") or {}
     if "continuous" in space or not space:  # rl_games' A2C default: continuous
@@ -353,11 +363,21 @@ def from_rlgames(network: Mapping[str, Any], *, central_value: Mapping[str, Any]
     value: dict[str, Any] = {"class": "DeterministicMixin", "network": containers, "output": "ONE"}
     if central_value is not None:
         value["network"] = _rlgames_containers(central_value, "STATES", "central_value_config.network")
-    return {
-        "separate": bool(network.get("separate", False)),
-        "policy": policy,
-        "value": value,
-    }
+    models = {"separate": bool(network.get("separate", False)), "policy": policy, "value": value}
+    if rnn:
+        name = str(rnn.get("name", "lstm")).upper()
+        if name not in RNN_CLASSES:
+            raise NetworkSpecError(f"params.network.rnn.name: {rnn.get('name')!r} is not one of lstm, gru")
+        models["rnn"] = {
+            "class": name,
+            "hidden_size": int(rnn.get("units", 64)),
+            "num_layers": int(rnn.get("layers", 1)),
+            "sequence_length": int(seq_length or 4),
+            "before_mlp": bool(rnn.get("before_mlp", False)),
+            "concat_input": bool(rnn.get("concat_input", False)),
+            "layer_norm": bool(rnn.get("layer_norm", False)),
+        }
+    return models
 
 
 def _rlgames_containers(network: Mapping[str, Any], source: str, where: str) -> list[dict[str, Any]]:

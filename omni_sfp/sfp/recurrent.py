@@ -240,3 +240,17 @@ def build_models(
         cache_check=cache_check if single_forward_pass else "off",
     )
     return {"policy": model, "value": model}
+
+
+def describe(models: Mapping[str, Model]) -> str:
+    """One line on the recurrent model, for the start of a run."""
+    model = models["policy"]
+    rnn = model.rnn_spec
+    cached = any(cache.cache_check != "off" for cache in network.sfp_modules(model))
+    how = "through the single-forward-pass cache" if cached else "cache off: each role runs it (the double pass)"
+    where = "before" if rnn.before_mlp else "after"
+    mlp = " -> ".join(model.policy_trunk.trunk.mlp.order)
+    return (
+        f"one recurrent trunk ({rnn.cls} {rnn.num_layers}x{rnn.hidden_size} {where} {mlp}, sequences of "
+        f"{rnn.sequence_length}) for both roles, {how}, keyed on the observations and the hidden states; a head per role"
+    )
