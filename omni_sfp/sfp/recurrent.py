@@ -254,3 +254,30 @@ def describe(models: Mapping[str, Model]) -> str:
         f"one recurrent trunk ({rnn.cls} {rnn.num_layers}x{rnn.hidden_size} {where} {mlp}, sequences of "
         f"{rnn.sequence_length}) for both roles, {how}, keyed on the observations and the hidden states; a head per role"
     )
+
+
+class RecurrentDeterministicPolicy(nn.Module):
+    """A recurrent policy's deterministic path for deployment, outside the cache: ``(observations, *hidden) ->
+    (actions, *hidden_after)``, one step of every env, the hidden state an explicit input and output (the deployer
+    keeps it, and zeroes it where an episode starts). Its MLP runs the parsed expressions in Python, so it is traced
+    (``torch.jit.trace``, ONNX), not scripted."""
+
+    def __init__(self, model: _RecurrentRoles) -> None:
+        super().__init__()
+        self.trunk = model.policy_trunk.trunk
+        self.head = model.policy_head
+        self.kind = model.policy_cls
+        self.states = model.rnn_spec.states
+        self.state_size = (model.rnn_spec.num_layers, model.rnn_spec.hidden_size)
+        self.parts = [int(n) for n in model.action_space.nvec] if self.kind == "MultiCategoricalMixin" else []
+
+    def forward(self, observations: torch.Tensor, *hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        features, *after = self.trunk(observations, None, None, *hidden)
+        logits = self.head(features)
+        if self.kind == "GaussianMixin":
+            actions = logits
+        elif self.kind == "CategoricalMixin":
+            actions = logits.argmax(dim=-1, keepdim=True)
+        else:
+            actions = torch.stack([part.argmax(dim=-1) for part in torch.split(logits, self.parts, dim=-1)], dim=-1)
+        return (actions, *after)
