@@ -277,6 +277,12 @@ class SFPPPO(PPO):
                 f"train.ppo.rollouts ({self.cfg.rollouts}) must be a multiple of the recurrent network's "
                 f"sequence_length ({self.sequence_length}): the update trains on whole sequences"
             )
+        sequences = self.cfg.rollouts // self.sequence_length * (self.memory.num_envs if self.memory is not None else 0)
+        if self.recurrent and self.memory is not None and sequences < self.cfg.mini_batches:
+            raise ConfigError(
+                f"train.ppo.mini_batches ({self.cfg.mini_batches}) is more than the rollout's {sequences} sequences of "
+                f"{self.sequence_length} steps (num_envs x rollouts / sequence_length)"
+            )
         self._rnn_states: list[torch.Tensor] | None = None  # the hidden states the next act starts from
         self._rnn_after: list[torch.Tensor] | None = None  # the hidden states after the last act
         models = {id(m): m for m in (self.policy, self.value) if m is not None}.values()
