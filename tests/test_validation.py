@@ -13,7 +13,7 @@ import omni_sfp.run.runner as runner_module
 from omni_sfp.run.compose import ConfigError, load_config, validate
 from omni_sfp.train import main
 
-EMBEDDED = ("Cartpole", "LQR60x8", "ConstantCost")
+EMBEDDED = ("Cartpole", "CartpolePositions", "LQR60x8", "ConstantCost")
 
 
 def leaves(cfg, prefix=""):
