@@ -174,13 +174,25 @@ def test_rlgames_rnn_block_builds_rl_games_own_layers(name, before_mlp):
     assert network.from_rlgames(block)["rnn"]["sequence_length"] == 4  # rl_games' default seq_length
 
 
-def test_a_recurrent_critic_on_states_is_refused_in_one_line():
-    with pytest.raises(NetworkSpecError, match="recurrent critic on states") as error:
-        network.from_rlgames(
-            {"space": {"continuous": {}}, "mlp": {"units": [64]}, "rnn": {"name": "lstm"}},
-            central_value={"mlp": {"units": [64]}, "rnn": {"name": "lstm"}},
-        )
-    assert "\n" not in str(error.value)
+def test_a_recurrent_critic_goes_with_a_recurrent_policy_and_one_rnn_block():
+    """OmniIsaacGymEnvs' ShadowHandOpenAI_LSTM: the policy's LSTM on observations, the critic's on states."""
+    lstm = {"name": "lstm", "units": 32, "layers": 1, "before_mlp": True, "layer_norm": True}
+    models = network.from_rlgames(
+        {"space": {"continuous": {}}, "mlp": {"units": [64]}, "rnn": lstm},
+        central_value={"mlp": {"units": [64]}, "rnn": lstm},
+    )
+    assert models["rnn"]["hidden_size"] == 32 and models["value"]["network"][0]["input"] == "STATES"
+    for policy_rnn, critic_rnn, message in [
+        (lstm, None, "a recurrent critic on states goes with a recurrent policy"),
+        (None, lstm, "a recurrent critic on states goes with a recurrent policy"),
+        (lstm, {**lstm, "units": 64}, "differs from params.network.rnn"),
+    ]:
+        with pytest.raises(NetworkSpecError, match=message) as error:
+            network.from_rlgames(
+                {"space": {"continuous": {}}, "mlp": {"units": [64]}, **({"rnn": policy_rnn} if policy_rnn else {})},
+                central_value={"mlp": {"units": [64]}, **({"rnn": critic_rnn} if critic_rnn else {})},
+            )
+        assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(

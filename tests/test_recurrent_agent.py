@@ -57,10 +57,13 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def spec(cls: str = "LSTM", *, before_mlp: bool = True, concat_input: bool = False, length: int = 4, **rnn):
+def spec(
+    cls: str = "LSTM", *, before_mlp: bool = True, concat_input: bool = False, length: int = 4, separate=False, **rnn
+):
     net = [{"name": "net", "input": "OBSERVATIONS", "layers": [16], "activations": "elu"}]
     return network.parse(
         {
+            "separate": separate,
             "rnn": {"class": cls, "hidden_size": 8, "sequence_length": length, "before_mlp": before_mlp,
                     "concat_input": concat_input, **rnn},
             "policy": {"class": "GaussianMixin", "network": net},
@@ -141,10 +144,15 @@ def pinned(models: dict, updates: int):
     for update in range(updates):
         obs, more = rollout(ours, env, obs, update * ours.cfg.rollouts, steps, update=False)
         ends.append(more)
+        policy, value = ours._rnn_roles["policy"], ours._rnn_roles["value"]
         for name, tensor in ours.memory.tensors.items():
-            theirs.memory.tensors[name.replace("rnn_", "rnn_policy_")].copy_(tensor)
+            if name.startswith("rnn_"):  # ours: the policy's states, then a separate value's; skrl's names them
+                i = int(name[4:])
+                separate = ours.value is not ours.policy and i >= value.start
+                name = f"rnn_value_{i - value.start}" if separate else f"rnn_policy_{i}"
+            theirs.memory.tensors[name].copy_(tensor)
         theirs._current_next_observations, theirs._current_next_states = ours._current_next_observations, None
-        theirs._rnn_initial_states = {"policy": list(ours._rnn_states), "value": list(ours._rnn_states)}
+        theirs._rnn_initial_states = {"policy": ours._rnn_states[policy], "value": ours._rnn_states[value]}
         ours.update(timestep=steps, timesteps=steps)
         theirs.enable_models_training_mode(True)
         theirs.update(timestep=steps, timesteps=steps)
@@ -156,14 +164,19 @@ def pinned(models: dict, updates: int):
     return ours, theirs, tracked, torch.cat(ends)
 
 
-def flat_parameters(agent) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in agent.policy.parameters()])
+def flat_parameters(agent, role: str = "policy") -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in getattr(agent, role).parameters()])
 
 
 @pytest.mark.parametrize(
     "cls, options",
-    [("LSTM", {}), ("GRU", {"before_mlp": False, "concat_input": True}), ("LSTM", {"concat_input": True, "num_layers": 2})],
-)  # fmt: skip
+    [
+        ("LSTM", {}),
+        ("GRU", {"before_mlp": False, "concat_input": True}),
+        ("LSTM", {"concat_input": True, "num_layers": 2}),
+        ("LSTM", {"separate": True}),  # two models, each with its hidden states: skrl's rnn_policy_* and rnn_value_*
+    ],
+)
 def test_our_recurrent_update_is_skrl_ppo_rnns_bit_for_bit(cls, options):
     """The same rollout in memory: the same sequences, minibatches, resets, losses and parameters, bitwise."""
     ours, theirs, tracked, ends = pinned(make_models(cls, **options), updates=3)
@@ -172,6 +185,8 @@ def test_our_recurrent_update_is_skrl_ppo_rnns_bit_for_bit(cls, options):
         for tag in ("Loss / Policy loss", "Loss / Value loss", "Loss / Entropy loss", "Policy / Standard deviation"):
             assert mine[tag] == their[tag], f"update {update}: {tag} {mine[tag]} != skrl's {their[tag]}"
     assert torch.equal(flat_parameters(ours), flat_parameters(theirs))
+    if ours.value is not ours.policy:
+        assert torch.equal(flat_parameters(ours, "value"), flat_parameters(theirs, "value"))
     assert ours.optimizer.param_groups[0]["lr"] == theirs.optimizer.param_groups[0]["lr"]
     for name in ("observation_preprocessor", "value_preprocessor"):
         mine, their = ours.checkpoint_modules[name].state_dict(), theirs.checkpoint_modules[name].state_dict()

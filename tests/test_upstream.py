@@ -106,10 +106,11 @@ def test_rlgames_recurrent_network_maps_to_an_rnn_block():
     assert (rnn["class"], rnn["hidden_size"], rnn["sequence_length"]) == ("LSTM", 64, 4)
 
 
-def test_a_recurrent_critic_on_states_is_refused_naming_the_file():
-    network_block = {"space": {"continuous": {}}, "mlp": {"units": [32]}, "rnn": {"name": "lstm", "units": 64}}
+def test_a_recurrent_critic_without_a_recurrent_policy_is_refused_naming_the_file():
+    network_block = {"space": {"continuous": {}}, "mlp": {"units": [32]}}
+    critic = {"mlp": {"units": [32]}, "rnn": {"name": "lstm", "units": 64}}
     with pytest.raises(upstream.UpstreamError, match="XPPO.yaml.*recurrent critic") as error:
-        _rlgames(network_block, central_value_config={"network": network_block})
+        _rlgames(network_block, central_value_config={"network": critic})
     assert "\n" not in str(error.value)
 
 

@@ -137,7 +137,6 @@ def test_bad_input_stops_before_any_environment_is_built(monkeypatch, capsys):
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        (["train.models.separate=true"], "a recurrent network is shared by the policy and the value"),
         (["train.ppo.rollouts=24"], "rollouts (24) must be a multiple of the recurrent network's sequence_length (16)"),
         (["train.models.network.rnn.class=RNN"], "rnn.class: 'RNN' is not one of LSTM, GRU"),
         (["train.models.network.rnn.sequence_length=0"], "sequence_length: 0 is not a positive integer"),

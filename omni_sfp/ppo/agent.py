@@ -270,8 +270,21 @@ class SFPPPO(PPO):
         self.sequence_length = int(rnn.get("sequence_length", 1))
         self._rnn_sizes = [tuple(size) for size in rnn.get("sizes", [])]  # (layers, envs, hidden) per state
         self.recurrent = bool(self._rnn_sizes)
-        if self.recurrent and self.policy is not self.value:
-            raise ValueError("SFPPPO trains a recurrent model that plays both roles (one model, one hidden state)")
+        # which of the hidden states each role reads: the policy's first, then a separate value model's (PPO_RNN's
+        # rnn_policy_<i> and rnn_value_<i>); a shared model's roles read the same
+        self._rnn_roles = {"policy": slice(0, len(self._rnn_sizes)), "value": slice(0, len(self._rnn_sizes))}
+        if self.value is not None and self.value is not self.policy:
+            value_rnn = self.value.get_specification().get("rnn", {})
+            value_sizes = [tuple(size) for size in value_rnn.get("sizes", [])]
+            if bool(value_sizes) != self.recurrent or (
+                value_sizes and value_rnn.get("sequence_length", 1) != self.sequence_length
+            ):
+                raise ValueError("SFPPPO: the policy and a separate value model are both recurrent or neither is, "
+                                 "with one sequence_length")  # fmt: skip
+            self._rnn_roles["value"] = slice(len(self._rnn_sizes), len(self._rnn_sizes) + len(value_sizes))
+            self._rnn_sizes += value_sizes
+        if len({(layers, hidden) for layers, _, hidden in self._rnn_sizes}) > 1:
+            raise ValueError("SFPPPO: every hidden state of a recurrent model has one size (num_layers, hidden_size)")
         if self.recurrent and self.cfg.rollouts % self.sequence_length:
             raise ConfigError(
                 f"train.ppo.rollouts ({self.cfg.rollouts}) must be a multiple of the recurrent network's "
@@ -305,6 +318,7 @@ class SFPPPO(PPO):
             bounds_loss_scale=self.bounds_loss_scale,
             reduce_gradients=self._reduce_gradients if skrl_config.torch.is_distributed else None,
             device=self.device,
+            hidden_roles=(self._rnn_roles["policy"], self._rnn_roles["value"]) if self.recurrent else None,
         )
         # CUDA's path: no host read in a rollout step, one per update (tests force it on the CPU)
         self.sync_free = self.device.type == "cuda"
@@ -512,14 +526,15 @@ class SFPPPO(PPO):
         the next call (:meth:`end_episodes` zeroes those whose episode ended)."""
         if self._rnn_states is None or self._rnn_states[0].shape[1] != observations.shape[0]:
             self.reset_hidden_states(observations.shape[0])
+        part = self._rnn_roles["policy"]
         inputs = {
             "observations": self._observation_preprocessor(observations),
             "states": self._state_preprocessor(states),
-            "rnn": self._rnn_states,
+            "rnn": self._rnn_states[part],
         }
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             actions, outputs = self.policy.act(inputs, role="policy")
-        self._rnn_states, self._rnn_after = list(outputs["rnn"]), None
+        self._rnn_states[part], self._rnn_after = list(outputs["rnn"]), None
         return actions, outputs
 
     def end_episodes(self, done: torch.Tensor) -> None:
@@ -543,13 +558,20 @@ class SFPPPO(PPO):
         if self.recurrent:  # both roles on the same hidden states (PPO_RNN's value call reads the policy's)
             if self._rnn_states is None or self._rnn_states[0].shape[1] != observations.shape[0]:
                 self.reset_hidden_states(observations.shape[0])
-            inputs["rnn"] = self._rnn_states
+            inputs["rnn"] = self._rnn_states[self._rnn_roles["policy"]]
+        value_inputs = inputs
+        if self.recurrent and self.value is not self.policy:  # a separate value model has hidden states of its own
+            value_inputs = {**inputs, "rnn": self._rnn_states[self._rnn_roles["value"]]}
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             actions, outputs = self.policy.act(inputs, role="policy")
-            values, _ = self.value.act(inputs, role="value")
+            values, value_outputs = self.value.act(value_inputs, role="value")
             values = self._value_preprocessor(values, inverse=True)
         if self.recurrent:
-            self._rnn_after = list(outputs["rnn"])
+            after = list(self._rnn_states)
+            after[self._rnn_roles["policy"]] = outputs["rnn"]
+            if self.value is not self.policy:
+                after[self._rnn_roles["value"]] = value_outputs["rnn"]
+            self._rnn_after = after
         for cache in self._caches:
             cache.end_graph()
         return actions, outputs["log_prob"], values, outputs["mean_actions"]
@@ -757,7 +779,7 @@ class SFPPPO(PPO):
                 "states": self._state_preprocessor(self._current_next_states),
             }
             if self.recurrent:
-                inputs["rnn"] = self._rnn_states
+                inputs["rnn"] = self._rnn_states[self._rnn_roles["value"]]
             self.value.enable_training_mode(False)
             last_values, _ = self.value.act(inputs, role="value")
             self.value.enable_training_mode(True)

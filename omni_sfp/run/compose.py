@@ -171,7 +171,7 @@ def validate(cfg: DictConfig) -> None:
 
 def _validate_network(cfg: DictConfig) -> None:
     """``train.models.network`` parses (its fit to the task's spaces is checked when the models are built), and a
-    recurrent one's sequences fit the rollout and a shared model."""
+    recurrent one's sequences fit the rollout."""
     spec = _get(cfg, "train.models.network")
     if spec is not None:
         from omni_sfp.sfp import network  # torch: only when a network is given
@@ -183,11 +183,6 @@ def _validate_network(cfg: DictConfig) -> None:
                 raise ConfigError(
                     f"train.ppo.rollouts ({rollouts}) must be a multiple of the recurrent network's sequence_length "
                     f"({length}): the update trains on whole sequences"
-                )
-            if _get(cfg, "train.models.separate"):
-                raise ConfigError(
-                    "train.models.network.rnn: a recurrent network is shared by the policy and the value "
-                    "(separate: false)"
                 )
 
 

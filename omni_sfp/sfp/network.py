@@ -335,10 +335,14 @@ def from_rlgames(
     :raises NetworkSpecError: a recurrent critic on states, or a part omni_sfp does not build.
     """
     rnn = network.get("rnn")
-    if central_value is not None and central_value.get("rnn"):
+    if central_value is not None and bool(central_value.get("rnn")) != bool(rnn):
         raise NetworkSpecError(
-            "central_value_config.network.rnn: a recurrent critic on states is not supported (a recurrent network "
-            "is one trunk shared by the policy and the value)"
+            "central_value_config.network.rnn: a recurrent critic on states goes with a recurrent policy, and a "
+            "recurrent policy with a recurrent critic (one rnn block for both)"
+        )
+    if central_value is not None and rnn and _rnn_block(central_value["rnn"]) != _rnn_block(rnn):
+        raise NetworkSpecError(
+            "central_value_config.network.rnn: differs from params.network.rnn; omni_sfp builds both with one block"
         )
     space = network.get("space") or {}
     if "continuous" in space or not space:  # rl_games' A2C default: continuous
@@ -365,19 +369,23 @@ def from_rlgames(
         value["network"] = _rlgames_containers(central_value, "STATES", "central_value_config.network")
     models = {"separate": bool(network.get("separate", False)), "policy": policy, "value": value}
     if rnn:
-        name = str(rnn.get("name", "lstm")).upper()
-        if name not in RNN_CLASSES:
-            raise NetworkSpecError(f"params.network.rnn.name: {rnn.get('name')!r} is not one of lstm, gru")
-        models["rnn"] = {
-            "class": name,
-            "hidden_size": int(rnn.get("units", 64)),
-            "num_layers": int(rnn.get("layers", 1)),
-            "sequence_length": int(seq_length or 4),
-            "before_mlp": bool(rnn.get("before_mlp", False)),
-            "concat_input": bool(rnn.get("concat_input", False)),
-            "layer_norm": bool(rnn.get("layer_norm", False)),
-        }
+        models["rnn"] = {**_rnn_block(rnn), "sequence_length": int(seq_length or 4)}
     return models
+
+
+def _rnn_block(rnn: Mapping[str, Any]) -> dict[str, Any]:
+    """rl_games' ``rnn`` block as our ``rnn`` block, without the sequence length (rl_games' ``config.seq_length``)."""
+    name = str(rnn.get("name", "lstm")).upper()
+    if name not in RNN_CLASSES:
+        raise NetworkSpecError(f"params.network.rnn.name: {rnn.get('name')!r} is not one of lstm, gru")
+    return {
+        "class": name,
+        "hidden_size": int(rnn.get("units", 64)),
+        "num_layers": int(rnn.get("layers", 1)),
+        "before_mlp": bool(rnn.get("before_mlp", False)),
+        "concat_input": bool(rnn.get("concat_input", False)),
+        "layer_norm": bool(rnn.get("layer_norm", False)),
+    }
 
 
 def _rlgames_containers(network: Mapping[str, Any], source: str, where: str) -> list[dict[str, Any]]:

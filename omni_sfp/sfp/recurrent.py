@@ -25,7 +25,7 @@ call on the same sequence is served, any other call computes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium
@@ -35,7 +35,7 @@ from torch import nn
 
 from omni_sfp.sfp import network
 from omni_sfp.sfp.cache import SingleForwardPass
-from omni_sfp.sfp.network import NetworkSpec, NetworkSpecError, RnnSpec, Trunk, _SpecModel
+from omni_sfp.sfp.network import Container, NetworkSpec, NetworkSpecError, RnnSpec, Trunk, _SpecModel
 
 RNN_MODULES = {"LSTM": nn.LSTM, "GRU": nn.GRU}
 
@@ -51,25 +51,29 @@ class RecurrentTrunk(nn.Module):
 
     hidden_state_input = True
 
-    def __init__(self, spec: NetworkSpec, rnn: RnnSpec, observation_space: gymnasium.Space, init: str) -> None:
+    def __init__(
+        self,
+        containers: Sequence[Container],
+        rnn: RnnSpec,
+        space: gymnasium.Space | None,
+        init: str,
+        key: str = "observations",
+    ) -> None:
         super().__init__()
-        if not isinstance(observation_space, gymnasium.spaces.Box) or len(observation_space.shape) != 1:
-            raise NetworkSpecError(
-                f"train.models.network.rnn: a recurrent network reads a flat Box observation, the task has "
-                f"{observation_space}"
-            )
-        self.rnn_spec = rnn
+        name = {"observations": "OBSERVATIONS", "states": "STATES"}[key]
+        if not isinstance(space, gymnasium.spaces.Box) or len(space.shape) != 1:
+            raise NetworkSpecError(f"train.models.network.rnn: a recurrent network reads a flat Box {key}, not {space}")
+        self.rnn_spec, self.key = rnn, key  # key: the input it reads, observations or states
         self.sequence_length = rnn.sequence_length
-        size = int(observation_space.shape[0])
+        size = int(space.shape[0])
         if rnn.before_mlp:
             rnn_in = size
-            mlp_space = gymnasium.spaces.Box(-float("inf"), float("inf"), (rnn.hidden_size + size * rnn.concat_input,))
-            self.mlp = Trunk(spec.policy.network, {"observations": mlp_space, "states": None}, init)
-        else:
-            self.mlp = Trunk(spec.policy.network, {"observations": observation_space, "states": None}, init)
+            space = gymnasium.spaces.Box(-float("inf"), float("inf"), (rnn.hidden_size + size * rnn.concat_input,))
+        self.mlp = Trunk(containers, {"observations": None, "states": None, key: space}, init)
+        if not rnn.before_mlp:
             rnn_in = self.mlp.features + size * rnn.concat_input
-        if self.mlp.source != "observations":
-            raise NetworkSpecError("train.models.network: a recurrent network's containers read OBSERVATIONS only")
+        if self.mlp.source != key:
+            raise NetworkSpecError(f"train.models.network: this recurrent network's containers read {name} only")
         self.rnn = RNN_MODULES[rnn.cls](rnn_in, rnn.hidden_size, num_layers=rnn.num_layers, batch_first=True)
         self.norm = nn.LayerNorm(rnn.hidden_size) if rnn.layer_norm else nn.Identity()
         self.features = self.mlp.features if rnn.before_mlp else rnn.hidden_size
@@ -81,11 +85,14 @@ class RecurrentTrunk(nn.Module):
         if spec.before_mlp:
             out, hidden = self._recurrent(x, terminated, truncated, hidden)
             out = torch.cat([out, x], dim=-1) if spec.concat_input else out
-            return (self.mlp(out, None), *hidden)
-        out = self.mlp(x, None)
+            return (self._mlp(out), *hidden)
+        out = self._mlp(x)
         out = torch.cat([out, x], dim=-1) if spec.concat_input else out
         out, hidden = self._recurrent(out, terminated, truncated, hidden)
         return (out, *hidden)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x, None) if self.key == "observations" else self.mlp(None, x)
 
     def _recurrent(self, x, terminated, truncated, hidden) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         if terminated is None:  # one step of every env
@@ -115,7 +122,26 @@ class RecurrentTrunk(nn.Module):
         return tuple(after) if isinstance(after, tuple) else (after,)
 
 
-class _RecurrentRoles(_SpecModel):
+class _Recurrent(_SpecModel):
+    """What every recurrent model has (before skrl's ``Model`` in the bases, so its ``get_specification`` wins)."""
+
+    rnn_spec: RnnSpec
+    num_envs: int
+
+    def get_specification(self) -> dict[str, Any]:
+        """skrl's RNN specification: the sequence length and the hidden states' sizes, ``(layers, envs, hidden)``."""
+        rnn = self.rnn_spec
+        size = (rnn.num_layers, self.num_envs, rnn.hidden_size)
+        return {"rnn": {"sequence_length": rnn.sequence_length, "sizes": [size] * rnn.states}}
+
+    def initial_states(self, num_envs: int | None = None) -> list[torch.Tensor]:
+        """Zero hidden states for ``num_envs`` envs (the model's by default)."""
+        rnn = self.rnn_spec
+        size = (rnn.num_layers, self.num_envs if num_envs is None else num_envs, rnn.hidden_size)
+        return [torch.zeros(size, device=self.device) for _ in range(rnn.states)]
+
+
+class _RecurrentRoles(_Recurrent):
     """One recurrent model for both roles: the trunk through :class:`SingleForwardPass` (keyed on the observations,
     hidden states and done masks), a head per role, skrl's ``PPO_RNN`` protocol (module docstring)."""
 
@@ -135,31 +161,14 @@ class _RecurrentRoles(_SpecModel):
         self._init_value_mixin(spec.value)
         self.rnn_spec: RnnSpec = spec.rnn
         self.num_envs = int(num_envs)
-        trunk = RecurrentTrunk(spec, spec.rnn, observation_space, init)
+        trunk = RecurrentTrunk(spec.policy.network, spec.rnn, observation_space, init)
         self.policy_trunk = self.value_trunk = SingleForwardPass(trunk, cache_check)
         self._build_policy(spec.policy, trunk, init)
         self._build_value(spec.value, trunk, init)
         self.to(self.device)
 
-    def get_specification(self) -> dict[str, Any]:
-        rnn = self.rnn_spec
-        size = (rnn.num_layers, self.num_envs, rnn.hidden_size)
-        return {"rnn": {"sequence_length": rnn.sequence_length, "sizes": [size] * rnn.states}}
-
-    def initial_states(self, num_envs: int | None = None) -> list[torch.Tensor]:
-        """Zero hidden states for ``num_envs`` envs (the model's by default)."""
-        rnn = self.rnn_spec
-        size = (rnn.num_layers, self.num_envs if num_envs is None else num_envs, rnn.hidden_size)
-        return [torch.zeros(size, device=self.device) for _ in range(rnn.states)]
-
     def _features(self, inputs: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
-        hidden = inputs.get("rnn")
-        if hidden is None:
-            raise ValueError('a recurrent model needs its hidden states in inputs["rnn"] (skrl\'s PPO_RNN passes them)')
-        features, *after = self.policy_trunk(
-            inputs["observations"], inputs.get("terminated"), inputs.get("truncated"), *hidden
-        )
-        return features, {"rnn": after}
+        return _features(self.policy_trunk, inputs)
 
     def act(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
         if role == "policy":
@@ -178,6 +187,71 @@ class _RecurrentRoles(_SpecModel):
         raise ValueError(f"{type(self).__name__} plays role 'policy' or 'value', not {role!r}")
 
 
+def _features(trunk: nn.Module, inputs: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A recurrent trunk (cached or not) on skrl's inputs: its features and ``{"rnn": hidden states after}``."""
+    hidden = inputs.get("rnn")
+    if hidden is None:
+        raise ValueError('a recurrent model needs its hidden states in inputs["rnn"] (skrl\'s PPO_RNN passes them)')
+    key = (trunk.trunk if isinstance(trunk, SingleForwardPass) else trunk).key
+    features, *after = trunk(inputs[key], inputs.get("terminated"), inputs.get("truncated"), *hidden)
+    return features, {"rnn": after}
+
+
+class _RecurrentPolicy(_Recurrent):
+    """The policy of a recurrent spec whose value is a model of its own (a critic on states): its own trunk and
+    hidden states, no cache (nothing is shared)."""
+
+    def __init__(self, spec, observation_space, action_space, device=None, *, num_envs=1, init="torch"):
+        self._init_model(spec, observation_space, action_space, device, None)
+        self._init_policy_mixin(spec.policy)
+        self.rnn_spec, self.num_envs = spec.rnn, int(num_envs)
+        self.policy_trunk = RecurrentTrunk(spec.policy.network, spec.rnn, observation_space, init)
+        self._build_policy(spec.policy, self.policy_trunk, init)
+        self.to(self.device)
+
+    def act(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        return self._policy_act(inputs)
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        features, outputs = _features(self.policy_trunk, inputs)
+        net, extra = self._policy_outputs(self.policy_head(features))
+        return net, {**extra, **outputs}
+
+
+class GaussianRecurrentPolicy(_RecurrentPolicy, GaussianMixin, Model):
+    policy_cls = "GaussianMixin"
+
+
+class CategoricalRecurrentPolicy(_RecurrentPolicy, CategoricalMixin, Model):
+    policy_cls = "CategoricalMixin"
+
+
+class MultiCategoricalRecurrentPolicy(_RecurrentPolicy, MultiCategoricalMixin, Model):
+    policy_cls = "MultiCategoricalMixin"
+
+
+class RecurrentValue(_Recurrent, DeterministicMixin, Model):
+    """The value of a recurrent spec as a model of its own: its trunk reads ``STATES`` (rl_games' recurrent
+    ``central_value_config.network``) or the observations, with hidden states of its own."""
+
+    def __init__(
+        self, spec, observation_space, action_space, device=None, *, state_space=None, num_envs=1, init="torch"
+    ):
+        self._init_model(spec, observation_space, action_space, device, state_space)
+        self._init_value_mixin(spec.value)
+        self.rnn_spec, self.num_envs = spec.rnn, int(num_envs)
+        reads_states = any("STATES" in c.input for c in spec.value.network)
+        space = state_space if reads_states else observation_space
+        key = "states" if reads_states else "observations"
+        self.value_trunk = RecurrentTrunk(spec.value.network, spec.rnn, space, init, key)
+        self._build_value(spec.value, self.value_trunk, init)
+        self.to(self.device)
+
+    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
+        features, outputs = _features(self.value_trunk, inputs)
+        return self.value_head(features), outputs
+
+
 class GaussianRecurrentActorCritic(_RecurrentRoles, GaussianMixin, DeterministicMixin, Model):
     policy_cls = "GaussianMixin"
 
@@ -190,6 +264,11 @@ class MultiCategoricalRecurrentActorCritic(_RecurrentRoles, MultiCategoricalMixi
     policy_cls = "MultiCategoricalMixin"
 
 
+RECURRENT_POLICIES = {
+    "GaussianMixin": GaussianRecurrentPolicy,
+    "CategoricalMixin": CategoricalRecurrentPolicy,
+    "MultiCategoricalMixin": MultiCategoricalRecurrentPolicy,
+}
 RECURRENT_MODELS = {
     "GaussianMixin": GaussianRecurrentActorCritic,
     "CategoricalMixin": CategoricalRecurrentActorCritic,
@@ -217,19 +296,23 @@ def build_models(
 ) -> dict[str, Model]:
     """skrl ``PPO_RNN``'s ``{"policy": model, "value": model}`` for a spec with an ``rnn`` block: one shared model.
 
-    :raises NetworkSpecError: ``separate: true``, a value network unlike the policy's, a critic on states (one line).
+    ``separate: true``, or a value network that differs from the policy's (a critic on states: rl_games' recurrent
+    ``central_value_config``), gives two models, each with its recurrent layer and hidden states (skrl ``PPO_RNN``'s
+    separate models); nothing is shared, so nothing is cached.
+
+    :raises NetworkSpecError: a spec that does not fit the task's spaces (one line).
     """
     if spec.rnn is None:
         raise NetworkSpecError("train.models.network: no rnn block")
-    if spec.separate:
-        raise NetworkSpecError(
-            "train.models.network.rnn: a recurrent network is shared by the policy and the value (separate: false)"
-        )
-    if spec.value.network != spec.policy.network:
-        raise NetworkSpecError(
-            "train.models.network.rnn: the value's network must be the policy's (one recurrent trunk, a head each)"
-        )
     network._policy_size(spec.policy.cls, action_space)  # the action space fits the class: one line if not
+    if spec.separate or spec.value.network != spec.policy.network:
+        policy = RECURRENT_POLICIES[spec.policy.cls](
+            spec, observation_space, action_space, device, num_envs=num_envs, init=init
+        )
+        value = RecurrentValue(
+            spec, observation_space, action_space, device, state_space=state_space, num_envs=num_envs, init=init
+        )
+        return {"policy": policy, "value": value}
     model = RECURRENT_MODELS[spec.policy.cls](
         spec,
         observation_space,
@@ -246,6 +329,12 @@ def describe(models: Mapping[str, Model]) -> str:
     """One line on the recurrent model, for the start of a run."""
     model = models["policy"]
     rnn = model.rnn_spec
+    if models["value"] is not model:
+        value = models["value"].value_trunk
+        return (
+            f"a recurrent policy ({rnn.cls} {rnn.num_layers}x{rnn.hidden_size} on observations) and a recurrent value "
+            f"on {value.key}, each with hidden states of its own: nothing shared, no cache"
+        )
     cached = any(cache.cache_check != "off" for cache in network.sfp_modules(model))
     how = "through the single-forward-pass cache" if cached else "cache off: each role runs it (the double pass)"
     where = "before" if rnn.before_mlp else "after"
