@@ -375,6 +375,17 @@ def _quality(args, *, device, threads, meta, stamp) -> int:
 
             for task in tasks:
                 feed_forward_overrides(task, args.overrides)  # a task without a recurrent network: one line
+        peers = [c.key for c in configs if c.trainer != "omni-sfp"]
+        if peers:
+            from omni_sfp.run.compose import load_config
+
+            for task in tasks:
+                network = load_config([f"task={task}", *args.overrides]).train.models.network
+                if network is not None and network.get("rnn") is not None:
+                    raise ValueError(
+                        f"quality rows {', '.join(peers)} train an MLP, and task {task!r} a recurrent network: "
+                        "choose --configs from sfp-fp32, double-fp32, sfp-mixed, double-mixed, mlp-fp32"
+                    )
         if args.overrides:
             from omni_sfp.run.compose import load_config
 

@@ -99,6 +99,8 @@ def test_select_configs():
     "args, expected",
     [
         (["quality", "--configs", "nope"], "unknown quality configuration 'nope'"),
+        (["quality", "--tasks", "CartpolePositions"], "quality rows rl_games, skrl train an MLP"),
+        (["quality", "--tasks", "Cartpole", "--configs", "mlp-fp32"], "task 'Cartpole' trains no recurrent network"),
         (["table", "--configs", "skrl"], "unrecognized arguments: --configs skrl"),
         (["table", "--jobs", "2"], "unrecognized arguments: --jobs 2"),
         (["quality", "--set", "train.ppo.learning_rate=-1"], "learning_rate"),
