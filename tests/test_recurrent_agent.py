@@ -12,6 +12,7 @@ terminations only, ours cuts at truncations too (our PPO's, documented in omni_s
 from __future__ import annotations
 
 import copy
+import math
 
 import gymnasium
 import pytest
@@ -257,3 +258,12 @@ def test_rollouts_not_whole_sequences_are_refused_in_one_line():
         ConfigError, match=r"rollouts \(6\) must be a multiple of the recurrent network's sequence_length \(4\)"
     ):
         make_agent(make_models(), agent_class=SFPPPO, num_envs=ENVS, **{**SETTINGS, "rollouts": 6})  # fmt: skip
+
+
+def test_mixed_precision_trains_a_recurrent_model_with_its_recurrent_layer_in_float32():
+    """CPU bf16 autocast: oneDNN has no bf16 LSTM (it raised), so the recurrent layer runs in float32 and the hidden
+    states stay float32 from step to step; the MLP and heads run under autocast as in any model."""
+    agent, _ = train(SFPPPO, make_models(), updates=1, mixed_precision=True)
+    assert all(state.dtype == torch.float32 for state in agent._rnn_states)
+    assert agent.last_losses and all(map(math.isfinite, agent.last_losses.values()))
+    assert agent.sfp_share_rate == 1.0

@@ -95,6 +95,12 @@ class RecurrentTrunk(nn.Module):
         return self.mlp(x, None) if self.key == "observations" else self.mlp(None, x)
 
     def _recurrent(self, x, terminated, truncated, hidden) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        # the recurrent layer runs in float32 under mixed precision: oneDNN has no bf16 LSTM on most CPUs, and the
+        # hidden states stay float32 (as the memory stores them) from step to step
+        with torch.autocast(x.device.type, enabled=False):
+            return self._recurrent_fp32(x.float(), terminated, truncated, tuple(h.float() for h in hidden))
+
+    def _recurrent_fp32(self, x, terminated, truncated, hidden) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         if terminated is None:  # one step of every env
             out, after = self.rnn(x.unsqueeze(1), self._pack(hidden))
             return self.norm(out.squeeze(1)), self._unpack(after)
