@@ -10,7 +10,8 @@ hidden state, done mask or sequence layout than the cached one is a miss, howeve
 
 - Every output (log-probability, mean action, value, the hidden states after the call) equals the twin's bitwise.
 - Every gradient equals the twin's within the summation-order bound (tests/tolerances.py).
-- Both raise or neither does, with the same exception type.
+- Both raise or neither does, with the same exception type (a backward through an input modified in place after
+  a call saved it); then both start their gradients again, as tests/test_cache_properties.py does.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from omni_sfp.sfp.cache import SingleForwardPass
 OBS, ACT, ENVS, LENGTH, HIDDEN = 3, 2, 2, 3, 4
 settings.register_profile(
     "recurrent-ci",
-    max_examples=400,
+    max_examples=250,
     deadline=None,
     derandomize=True,
     database=None,
@@ -183,6 +184,11 @@ def test_every_recurrent_output_and_gradient_matches_the_uncached_twin(cache_che
                     errors[key] = type(error)
             assert errors.get("cached") == errors.get("twin")
             outputs = {"cached": [], "twin": []}
+            if errors.get("cached") is not None:  # both raised (an input modified in place after a call saved it):
+                TALLY["equal exceptions"] += 1  # what each accumulated before raising depends on its graph's order
+                for model in (cached, twin):
+                    model.zero_grad(set_to_none=True)
+                continue
             for (name, p), q in zip(cached.named_parameters(), twin.parameters()):
                 if p.grad is None or q.grad is None:
                     assert p.grad is None and q.grad is None, name
@@ -225,6 +231,7 @@ def test_a_changed_hidden_state_or_done_mask_is_a_miss_and_the_pair_is_a_hit():
     cached, _, initial = models("auto", ("LSTM", True))
     cached.load_state_dict(initial)
     cached.train(True)
+    cached.reset_sfp_stats()
     cache: SingleForwardPass = cached.policy_trunk
     x = torch.randn(ENVS * LENGTH, OBS)
     h = [torch.zeros(1, ENVS * LENGTH, HIDDEN), torch.zeros(1, ENVS * LENGTH, HIDDEN)]
