@@ -44,6 +44,7 @@ class Cartpole(VecTask):
     INITIAL_RANGES = (1.0, 0.5, math.pi / 8, 0.5)  # half-widths of the uniform initial state
     # Gymnasium's convention, read by the video recorder: one frame per control step (SIM_DT * SUBSTEPS = 1/30 s)
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    OBSERVED: tuple[int, ...] | None = None  # the state's components observed (None: all four)
 
     def __init__(
         self,
@@ -70,7 +71,7 @@ class Cartpole(VecTask):
             device,
             seed,
             max_episode_length=max_episode_length,
-            observation_size=4,
+            observation_size=4 if self.OBSERVED is None else len(self.OBSERVED),
             action_size=1,
             action_bound=1.0,
             validate_actions=validate_actions,
@@ -116,7 +117,7 @@ class Cartpole(VecTask):
         return x_acc, theta_acc
 
     def _observations(self) -> torch.Tensor:
-        return self.state
+        return self.state if self.OBSERVED is None else self.state[:, list(self.OBSERVED)]
 
     def render(self, env_index: int = 0, *, width: int = 480, height: int = 240) -> np.ndarray:
         """One ``rgb_array`` frame of environment ``env_index``: track, the ``reset_dist`` limits (red), cart and
@@ -158,3 +159,14 @@ class Cartpole(VecTask):
             near = np.hypot(cols - along * direction[0], rows - along * direction[1]) <= thickness
             frame[r0:r1, c0:c1][near] = (230, 140, 30)
         return frame
+
+
+class CartpolePositions(Cartpole):
+    """:class:`Cartpole` observed through its positions only: cart position (m) and pole angle (rad), no velocity.
+
+    A partially observed task: one observation says where the pole is, not where it is going, so a policy that
+    sees one step cannot tell a pole falling left from one recovering, and cannot balance it for long; a recurrent
+    policy can estimate the velocities from the steps it has seen. Everything else (dynamics, reward, resets,
+    episode length) is :class:`Cartpole`'s."""
+
+    OBSERVED = (0, 2)

@@ -206,3 +206,54 @@ def test_spec_built_policies_export_their_deterministic_actions(tmp_path, kind):
     session = onnxruntime.InferenceSession(str(exported.onnx))
     (onnx_actions,) = session.run(None, {"observations": x.numpy()})
     np.testing.assert_allclose(onnx_actions, expected.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_a_recurrent_policy_exports_its_hidden_state_as_an_input_and_an_output(tmp_path, cls):
+    """``(observations, h_in[, c_in]) -> (actions, h_out[, c_out])``: stepping either file through an episode, the
+    state of each step fed to the next, gives the live model's deterministic actions with its normaliser."""
+    from omni_sfp.sfp import network, recurrent
+
+    pytest.importorskip("onnxruntime", reason="pip install omni-sfp[export]")
+    import onnxruntime
+
+    obs, act = gymnasium.spaces.Box(-5.0, 5.0, (3,)), gymnasium.spaces.Box(-0.5, 0.5, (2,))
+    net = [{"name": "net", "input": "OBSERVATIONS", "layers": [8], "activations": "elu"}]
+    spec = network.parse(
+        {
+            "rnn": {"class": cls, "hidden_size": 6, "num_layers": 2},
+            "policy": {"network": net},
+            "value": {"network": net},
+        }
+    )
+    torch.manual_seed(0)
+    policy = recurrent.build_models(spec, obs, act, torch.device("cpu"), num_envs=4)["policy"]
+    scaler = RunningStandardScaler(size=obs, device="cpu")
+    scaler(torch.randn(64, 3) * 2 + 1, train=True)
+    exported = export_policy(policy, scaler, act, tmp_path)
+    scripted = torch.jit.load(str(exported.torchscript))
+    session = onnxruntime.InferenceSession(str(exported.onnx))
+    names = ["h", "c"][: policy.rnn_spec.states]
+    assert [i.name for i in session.get_inputs()] == ["observations", *(f"{n}_in" for n in names)]
+    assert [o.name for o in session.get_outputs()] == ["actions", *(f"{n}_out" for n in names)]
+    live = policy.initial_states(4)
+    mine, theirs = list(live), [s.numpy() for s in live]
+    for _ in range(5):
+        x = torch.randn(4, 3) * 2
+        with torch.no_grad():
+            _, outputs = policy.act({"observations": scaler(x), "rnn": live}, role="policy")
+        live = outputs["rnn"]
+        expected = outputs["mean_actions"].clamp(-0.5, 0.5)
+        actions, *mine = scripted(x, *mine)
+        torch.testing.assert_close(actions, expected)
+        onnx_actions, *theirs = session.run(
+            None, {"observations": x.numpy(), **dict(zip(session_inputs(session), theirs))}
+        )
+        np.testing.assert_allclose(onnx_actions, expected.numpy(), rtol=1e-4, atol=1e-5)
+    for state, script_state, onnx_state in zip(live, mine, theirs):
+        torch.testing.assert_close(script_state, state)
+        np.testing.assert_allclose(onnx_state, state.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def session_inputs(session) -> list[str]:
+    return [i.name for i in session.get_inputs()][1:]

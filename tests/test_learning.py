@@ -42,3 +42,22 @@ def test_default_config_brings_lqr_near_the_riccati_optimum(tmp_path):
 def test_default_config_balances_the_cartpole(tmp_path):
     final, _ = train_seed_0("Cartpole", tmp_path)
     assert final >= CARTPOLE_REGRESSION, final
+
+
+@pytest.mark.slow
+def test_the_recurrent_default_balances_the_cartpole_without_velocities(tmp_path):
+    """CartpolePositions' LSTM (its default config) balances the pole it sees without velocities, and the cache
+    serves every shareable call; an MLP of the same widths ends near 100 (docs/benchmarks.md, "Recurrent policies")."""
+    result = run_quality(
+        tasks=["CartpolePositions"],
+        seeds=[0],
+        device="cpu",
+        runs_dir=tmp_path,
+        iterations=None,
+        log=print,
+        configs=select_configs("sfp-fp32"),
+    )["CartpolePositions"]
+    row = result["configs"]["single pass, fp32"]
+    (final,) = row["final_returns"]
+    assert final >= 450.0, final
+    assert row["sfp_share_rates"] == [1.0]

@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_embedded_tasks_are_listed_with_the_sizes_their_configs_build(capsys):
     assert list_tasks.main(["--kind", "embedded", "--json"]) == 0
     listed = {row["name"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
-    assert set(listed) == {"Cartpole", "LQR60x8", "ConstantCost"}
+    assert set(listed) == {"Cartpole", "CartpolePositions", "LQR60x8", "ConstantCost"}
     assert (listed["Cartpole"]["observations"], listed["Cartpole"]["actions"]) == (4, 1)
+    assert (listed["CartpolePositions"]["observations"], listed["CartpolePositions"]["actions"]) == (2, 1)
     assert (listed["LQR60x8"]["observations"], listed["LQR60x8"]["actions"]) == (60, 8)
     assert listed["LQR60x8"]["config"] == "cfg/task/LQR60x8.yaml + cfg/train/LQR60x8PPO.yaml"
 

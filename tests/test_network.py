@@ -137,9 +137,76 @@ def test_rlgames_cnn_block_builds_the_network_rl_games_builds():
     assert ours.policy_trunk.trunk.net.blocks["features_extractor"][0].in_channels == 3
 
 
-def test_rlgames_recurrent_network_is_refused_in_one_line():
-    with pytest.raises(NetworkSpecError, match="recurrent") as error:
-        network.from_rlgames({"space": {"continuous": {}}, "mlp": {"units": [64]}, "rnn": {"name": "lstm"}})
+@pytest.mark.parametrize("before_mlp", [True, False])
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_rlgames_rnn_block_builds_rl_games_own_layers(name, before_mlp):
+    """OmniIsaacGymEnvs' ShadowHandOpenAI_LSTM block (lstm, before_mlp, layer_norm) and its variants: the same
+    parameter shapes as rl_games' own A2CBuilder makes (the recurrent layer, its layer norm, the mlp, the heads)."""
+    from rl_games.algos_torch.network_builder import A2CBuilder
+
+    from omni_sfp.sfp import recurrent
+
+    block = {
+        "separate": False,
+        "space": {
+            "continuous": {
+                "mu_activation": "None",
+                "sigma_activation": "None",
+                "mu_init": {"name": "default"},
+                "sigma_init": {"name": "const_initializer", "val": 0},
+                "fixed_sigma": True,
+            }
+        },
+        "mlp": {"units": [32], "activation": "relu", "initializer": {"name": "default"}},
+        "rnn": {"name": name, "units": 24, "layers": 1, "before_mlp": before_mlp, "layer_norm": True},
+    }
+    models = network.from_rlgames(block, seq_length=8)
+    assert models["rnn"] == {
+        "class": name.upper(), "hidden_size": 24, "num_layers": 1, "sequence_length": 8,
+        "before_mlp": before_mlp, "concat_input": False, "layer_norm": True,
+    }  # fmt: skip
+    obs = gymnasium.spaces.Box(-1, 1, (10,))
+    ours = recurrent.build_models(network.parse(models), obs, BOX1, CPU, num_envs=4)["policy"]
+    builder = A2CBuilder()
+    builder.load(copy.deepcopy(block))
+    theirs = builder.build("a2c", actions_num=1, input_shape=(10,), num_seqs=4, value_size=1)
+    assert sorted(_shapes(ours)) == sorted(_shapes(theirs))
+    assert network.from_rlgames(block)["rnn"]["sequence_length"] == 4  # rl_games' default seq_length
+
+
+def test_a_recurrent_critic_goes_with_a_recurrent_policy_and_one_rnn_block():
+    """OmniIsaacGymEnvs' ShadowHandOpenAI_LSTM: the policy's LSTM on observations, the critic's on states."""
+    lstm = {"name": "lstm", "units": 32, "layers": 1, "before_mlp": True, "layer_norm": True}
+    models = network.from_rlgames(
+        {"space": {"continuous": {}}, "mlp": {"units": [64]}, "rnn": lstm},
+        central_value={"mlp": {"units": [64]}, "rnn": lstm},
+    )
+    assert models["rnn"]["hidden_size"] == 32 and models["value"]["network"][0]["input"] == "STATES"
+    for policy_rnn, critic_rnn, message in [
+        (lstm, None, "a recurrent critic on states goes with a recurrent policy"),
+        (None, lstm, "a recurrent critic on states goes with a recurrent policy"),
+        (lstm, {**lstm, "units": 64}, "differs from params.network.rnn"),
+    ]:
+        with pytest.raises(NetworkSpecError, match=message) as error:
+            network.from_rlgames(
+                {"space": {"continuous": {}}, "mlp": {"units": [64]}, **({"rnn": policy_rnn} if policy_rnn else {})},
+                central_value={"mlp": {"units": [64]}, **({"rnn": critic_rnn} if critic_rnn else {})},
+            )
+        assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ({"class": "RNN"}, "is not one of LSTM, GRU"),
+        ({"hidden_size": 0}, "hidden_size: 0 is not a positive integer"),
+        ({"units": 4}, "unknown key"),
+    ],
+)
+def test_a_bad_rnn_block_is_refused_in_one_line(block, message):
+    net = [{"name": "net", "input": "OBSERVATIONS", "layers": [8]}]
+    with pytest.raises(NetworkSpecError, match=message) as error:
+        network.parse({"rnn": block, "policy": {"network": net}, "value": {"network": net}})
     assert "\n" not in str(error.value)
 
 

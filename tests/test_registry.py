@@ -13,7 +13,7 @@ from omni_sfp.envs.embedded import EmbeddedEnvWrapper
 from omni_sfp.envs.registry import TaskSpec, UnknownTaskError, get_task, list_tasks, make_env, register_task
 from omni_sfp.tasks.base import VecTask
 
-BUILT_IN = ["Cartpole", "ConstantCost", "LQR60x8"]
+BUILT_IN = ["Cartpole", "CartpolePositions", "ConstantCost", "LQR60x8"]
 
 
 @pytest.fixture

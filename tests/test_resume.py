@@ -307,3 +307,30 @@ def test_a_signal_stops_at_the_iteration_boundary_with_a_final_checkpoint(tmp_pa
     last = ckpt.load(run / "checkpoints" / "last.pt")
     assert last["iteration"] == json.loads(lines[-1])["iteration"] == len(lines) >= 2
     assert f"resume=true checkpoint={run}" in stderr
+
+
+def test_a_recurrent_run_resumes_bitwise_with_the_hidden_states_of_its_rollout(tmp_path):
+    """The hidden states the next rollout starts from are part of the checkpoint: a recurrent run resumed from its
+    iteration-2 checkpoint ends where the uninterrupted run ends, bit for bit (restarting them at zero would not)."""
+    recurrent = [
+        "task=CartpolePositions",
+        "num_envs=8",
+        "train.ppo.rollouts=16",
+        "train.ppo.mini_batches=2",
+        "train.ppo.learning_epochs=2",
+        "task.env.max_episode_length=40",  # episodes outlive an iteration: the states cross the checkpoint
+        "max_iterations=3",
+    ]
+
+    def run(*overrides: str) -> Runner:
+        runner = Runner(load_config([*recurrent, f"runs_dir={tmp_path}", *overrides]), disable_progressbar=True)
+        runner.train()
+        return runner
+
+    full = run("experiment=full", "train.checkpoint_interval=1", "train.keep_checkpoints=3")
+    iteration_2 = next((tmp_path / "CartpolePositions").glob("*full*/checkpoints/iter_2.pt"))
+    saved = torch.load(iteration_2, weights_only=True)["agent"]["rnn_states"]
+    assert saved is not None and any(state.abs().sum() > 0 for state in saved)
+    resumed = run("experiment=resumed", f"checkpoint={iteration_2}")
+    assert_bitwise_equal(agent_state(full), agent_state(resumed))
+    assert_bitwise_equal(full.agent._rnn_states, resumed.agent._rnn_states)

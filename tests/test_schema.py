@@ -19,13 +19,15 @@ from omni_sfp.kit import panel_model
 from omni_sfp.run.compose import ConfigError, config_dir, load_config, validate
 
 ROOT = Path(__file__).resolve().parent.parent
-EMBEDDED = ("Cartpole", "LQR60x8", "ConstantCost")
+EMBEDDED = ("Cartpole", "CartpolePositions", "LQR60x8", "ConstantCost")
 
 
-def leaves(node, prefix=""):
+def leaves(node, prefix="", root="train."):
+    """``(dotted key, value)`` of every setting under ``node``; a mapping setting (a network spec) is one leaf."""
     for key, value in node.items():
-        if isinstance(value, dict):
-            yield from leaves(value, f"{prefix}{key}.")
+        setting = schema.BY_KEY.get(f"{root}{prefix}{key}") or schema.BY_KEY.get(f"{prefix}{key}")
+        if isinstance(value, dict) and not (setting is not None and setting.kind == "mapping"):
+            yield from leaves(value, f"{prefix}{key}.", root)
         else:
             yield f"{prefix}{key}", value
 

@@ -113,9 +113,11 @@ def test_help_lists_the_config_groups_tasks_and_flags_without_importing_torch():
     out = result.stdout
     assert out.startswith("``python -m omni_sfp.train [key=value ...]``")
     assert "== Config groups ==" in out and "== Tasks ==" in out and "== Flags ==" in out
-    assert re.search(r"^task: Cartpole, ConstantCost, .*LQR60x8", out, re.M)
+    assert re.search(r"^task: Cartpole, CartpolePositions, ConstantCost, .*LQR60x8", out, re.M)
     assert re.search(r"^train: .*CartpolePPO, .*LQR60x8PPO", out, re.M)
-    assert "Cartpole, ConstantCost, LQR60x8" in out and "gym:<Id>" in out and "gym:<module>:<Id>" in out
+    assert (
+        "Cartpole, CartpolePositions, ConstantCost, LQR60x8" in out and "gym:<Id>" in out and "gym:<module>:<Id>" in out
+    )
     assert "--cfg job [--resolve]" in out and "-m, --multirun" in out and "-h, --help" in out
     assert out.strip().splitlines()[-2].startswith("Every task")  # the last line of --help
     assert "IMPORTED []" in out  # neither torch nor skrl (nor even Hydra): --help stays instant
@@ -171,7 +173,11 @@ def test_a_sweep_expands_to_the_cartesian_product_first_key_slowest():
         ["task=gym:Pendulum-v1", "seed=1"],  # as typed: compose.route_task reads the name
         ["task=gym:Pendulum-v1", "seed=2"],
     ]
-    assert [job.overrides for job in expand(["task=glob(C*)"])] == [["task=Cartpole"], ["task=ConstantCost"]]
+    assert [job.overrides for job in expand(["task=glob(C*)"])] == [
+        ["task=Cartpole"],
+        ["task=CartpolePositions"],
+        ["task=ConstantCost"],
+    ]
     assert [job.overrides for job in expand(["seed=0,1", "seed=5"])] == [["seed=5"]]  # Hydra's: the last value wins
     assert [job.overrides for job in expand(["seed=5"])] == [["seed=5"]]  # -m without a sweep: one job
 

@@ -100,9 +100,17 @@ def test_rlgames_discrete_space_maps_to_a_categorical_policy():
     assert got["train.models.network"]["policy"]["class"] == "CategoricalMixin"
 
 
-def test_rlgames_recurrent_network_is_refused_naming_the_file():
-    with pytest.raises(upstream.UpstreamError, match="XPPO.yaml.*recurrent") as error:
-        _rlgames({"space": {"continuous": {}}, "mlp": {"units": [32]}, "rnn": {"name": "lstm", "units": 64}})
+def test_rlgames_recurrent_network_maps_to_an_rnn_block():
+    got = _rlgames({"space": {"continuous": {}}, "mlp": {"units": [32]}, "rnn": {"name": "lstm", "units": 64}})
+    rnn = got["train.models.network"]["rnn"]
+    assert (rnn["class"], rnn["hidden_size"], rnn["sequence_length"]) == ("LSTM", 64, 4)
+
+
+def test_a_recurrent_critic_without_a_recurrent_policy_is_refused_naming_the_file():
+    network_block = {"space": {"continuous": {}}, "mlp": {"units": [32]}}
+    critic = {"mlp": {"units": [32]}, "rnn": {"name": "lstm", "units": 64}}
+    with pytest.raises(upstream.UpstreamError, match="XPPO.yaml.*recurrent critic") as error:
+        _rlgames(network_block, central_value_config={"network": critic})
     assert "\n" not in str(error.value)
 
 

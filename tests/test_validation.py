@@ -13,7 +13,7 @@ import omni_sfp.run.runner as runner_module
 from omni_sfp.run.compose import ConfigError, load_config, validate
 from omni_sfp.train import main
 
-EMBEDDED = ("Cartpole", "LQR60x8", "ConstantCost")
+EMBEDDED = ("Cartpole", "CartpolePositions", "LQR60x8", "ConstantCost")
 
 
 def leaves(cfg, prefix=""):
@@ -132,3 +132,30 @@ def test_bad_input_stops_before_any_environment_is_built(monkeypatch, capsys):
         assert main(bad) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("omni_sfp.train: error:") and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["train.ppo.rollouts=24"], "rollouts (24) must be a multiple of the recurrent network's sequence_length (16)"),
+        (["train.models.network.rnn.class=RNN"], "rnn.class: 'RNN' is not one of LSTM, GRU"),
+        (["train.models.network.rnn.sequence_length=0"], "sequence_length: 0 is not a positive integer"),
+    ],
+)
+def test_a_recurrent_network_that_cannot_train_is_refused_before_any_environment(
+    overrides, expected, monkeypatch, capsys
+):
+    def no_env(*args, **kwargs):
+        raise AssertionError("an environment was built for a bad config")
+
+    monkeypatch.setattr(runner_module, "make_env", no_env)
+    assert main(["task=CartpolePositions", *overrides]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("omni_sfp.train: error:") and "\n" not in err and expected in err
+
+
+def test_a_recurrent_step_refuses_capture_in_one_line(tmp_path, capsys):
+    tiny = ["task=CartpolePositions", "task.env.num_envs=4", "train.max_iterations=1", f"runs_dir={tmp_path}"]
+    assert main([*tiny, "train.capture=true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "a recurrent model's step runs eagerly" in err

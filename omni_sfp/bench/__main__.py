@@ -105,7 +105,8 @@ def build_parser() -> Parser:
     quality.add_argument("--iterations", type=positive, help="PPO updates per run (default: each task's config)")
     quality.add_argument(
         "--configs",
-        help="comma-separated rows (default all): sfp-fp32, double-fp32, sfp-mixed, double-mixed, rl_games, skrl",
+        help="comma-separated rows (default all but mlp-fp32): sfp-fp32, double-fp32, sfp-mixed, double-mixed, "
+        "rl_games, skrl, mlp-fp32 (a recurrent task's network as an MLP of the same widths)",
     )
     quality.add_argument(
         "--jobs", type=positive, default=1, help="runs trained at once, one process and torch thread each"
@@ -369,6 +370,22 @@ def _quality(args, *, device, threads, meta, stamp) -> int:
         for task in tasks or [args.tasks]:
             get_task(task)
         configs = select_configs(args.configs)
+        if any(c.feed_forward for c in configs):
+            from omni_sfp.bench.quality import feed_forward_overrides
+
+            for task in tasks:
+                feed_forward_overrides(task, args.overrides)  # a task without a recurrent network: one line
+        peers = [c.key for c in configs if c.trainer != "omni-sfp"]
+        if peers:
+            from omni_sfp.run.compose import load_config
+
+            for task in tasks:
+                network = load_config([f"task={task}", *args.overrides]).train.models.network
+                if network is not None and network.get("rnn") is not None:
+                    raise ValueError(
+                        f"quality rows {', '.join(peers)} train an MLP, and task {task!r} a recurrent network: "
+                        "choose --configs from sfp-fp32, double-fp32, sfp-mixed, double-mixed, mlp-fp32"
+                    )
         if args.overrides:
             from omni_sfp.run.compose import load_config
 

@@ -46,6 +46,9 @@ class QualityConfig:
     single_forward_pass: bool = True
     mixed_precision: bool = False
     trainer: str = "omni-sfp"  # omni-sfp (the runner) | rl_games | skrl (plain PPO, double-pass shared model)
+    # the task's recurrent network without its recurrent layer: an MLP of the same widths (rnn.hidden_size, then the
+    # containers' layers), to show what the memory is worth on a partially observed task; only when asked for
+    feed_forward: bool = False
 
 
 CONFIGS = (
@@ -55,8 +58,10 @@ CONFIGS = (
     QualityConfig("double-mixed", "double pass, mixed", False, True),
     QualityConfig("rl_games", "rl_games 1.6.5, fp32", trainer="rl_games"),
     QualityConfig("skrl", "skrl PPO, fp32", trainer="skrl"),
+    QualityConfig("mlp-fp32", "feed-forward MLP of the same widths, fp32", feed_forward=True),
 )
 CONFIG_KEYS = tuple(c.key for c in CONFIGS)
+DEFAULT_CONFIGS = tuple(c for c in CONFIGS if not c.feed_forward)  # the feed-forward row needs a recurrent task
 # (what is compared, config a, config b): each pair differs in one setting only
 COMPARISONS = (
     ("single vs double pass, fp32", "single pass, fp32", "double pass, fp32"),
@@ -65,8 +70,11 @@ COMPARISONS = (
     ("mixed vs fp32, double pass", "double pass, mixed", "double pass, fp32"),
     ("omni-sfp vs rl_games", "single pass, fp32", "rl_games 1.6.5, fp32"),
     ("omni-sfp vs skrl PPO", "single pass, fp32", "skrl PPO, fp32"),
+    ("recurrent vs feed-forward, fp32", "single pass, fp32", "feed-forward MLP of the same widths, fp32"),
 )
 CARTPOLE_SOLVED = 475.0  # deterministic return (of 500) that counts as balanced
+# without velocities (CartpolePositions) the policy must estimate them from what it saw: balanced is >= 450
+PARTIAL_CARTPOLE_SOLVED = 450.0
 LQR_SOLVED_RATIO = 1.25  # cost within this factor of the Riccati optimum counts as solved
 # Gymnasium MuJoCo: a published PPO baseline at 1M env steps (RL Baselines3 Zoo's benchmark.md: Stable Baselines3
 # PPO, the Zoo's tuned hyperparameters, deterministic evaluation; v3 tasks, docs/mujoco.md says how v5 differs)
@@ -87,6 +95,8 @@ def solved(final_return: float | None, optimal_return: float | None, task: str) 
         return final_return >= LQR_SOLVED_RATIO * optimal_return
     if task == "Cartpole":
         return final_return >= CARTPOLE_SOLVED
+    if task == "CartpolePositions":
+        return final_return >= PARTIAL_CARTPOLE_SOLVED
     if task in REFERENCE_RETURNS:
         return final_return >= REFERENCE_RETURNS[task][0]
     return None
@@ -98,7 +108,7 @@ def select_configs(keys: str | None) -> tuple[QualityConfig, ...]:
     :raises ValueError: an unknown key.
     """
     if keys is None:
-        return CONFIGS
+        return DEFAULT_CONFIGS
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = [k for k in wanted if k not in CONFIG_KEYS]
     if unknown or not wanted:
@@ -154,6 +164,33 @@ def _config(
     return load_config([*base, *overrides])
 
 
+def feed_forward_overrides(task: str, overrides: Sequence[str] = ()) -> list[str]:
+    """The overrides that train ``task``'s recurrent network as an MLP of the same widths: the tuned MLP models with
+    units ``[rnn.hidden_size, *the containers' linear layers]`` and the containers' activation.
+
+    :raises ValueError: the task's network has no ``rnn`` block (one line).
+    """
+    from omegaconf import OmegaConf
+
+    from omni_sfp.run.compose import load_config
+
+    models = OmegaConf.to_container(load_config([f"task={task}", *overrides]).train.models, resolve=True)
+    spec = models.get("network") or {}
+    if not spec.get("rnn"):
+        raise ValueError(f"quality row mlp-fp32: task {task!r} trains no recurrent network (train.models.network.rnn)")
+    containers = spec["policy"]["network"]
+    units = [int(spec["rnn"].get("hidden_size", 64))] + [
+        int(layer) for c in containers for layer in c.get("layers", []) if isinstance(layer, int)
+    ]
+    activation = containers[-1].get("activations") or models.get("activation", "elu")
+    activation = activation[0] if isinstance(activation, list) else activation
+    return [
+        "train.models.network=null",
+        f"train.models.units=[{','.join(map(str, units))}]",
+        f"train.models.activation={activation}",
+    ]
+
+
 def train_once(
     task: str,
     config: QualityConfig,
@@ -184,6 +221,7 @@ def train_once(
         [
             f"train.mixed_precision={str(config.mixed_precision).lower()}",
             f"train.sfp.cache_check={'auto' if config.single_forward_pass else 'off'}",
+            *(feed_forward_overrides(task, overrides) if config.feed_forward else []),
         ],
     )
     runner = Runner(cfg, disable_progressbar=True)
@@ -197,6 +235,7 @@ def train_once(
         "best_training_mean": summary.best_mean[0] if summary.best_mean is not None else None,
         "best_checkpoint_return": summary.best_checkpoint_return,
         "kept": summary.kept,
+        "sfp_share_rate": runner.agent.sfp_share_rate,  # cache hits per shareable trunk call
     }
 
 
@@ -547,6 +586,7 @@ def run_quality(
                 "runs": len(rs),
                 "training_time_s": float(np.mean([r["training_time_s"] for r in rs])),
                 "curves": [r["curve"] for r in rs],
+                "sfp_share_rates": [r.get("sfp_share_rate") for r in rs],
             }
         results[task] = {
             "optimal_return": optimal,
@@ -577,6 +617,8 @@ def markdown(report: dict[str, Any]) -> str:
             if optimal is not None and optimal < 0
             else f"return >= {CARTPOLE_SOLVED:g}"
             if task == "Cartpole"
+            else f"return >= {PARTIAL_CARTPOLE_SOLVED:g}"
+            if task == "CartpolePositions"
             else f"return >= {REFERENCE_RETURNS[task][0]:g} ({REFERENCE_RETURNS[task][1]})"
             if task in REFERENCE_RETURNS
             else "no criterion"
@@ -586,8 +628,8 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"Solved: {criterion}. Final return: deterministic, one episode per env after training.",
             "",
-            "| configuration | final return mean | std | min | solved | training time (s) |",
-            "|---|---|---|---|---|---|",
+            "| configuration | final return mean | std | min | solved | training time (s) | cache hits (lowest) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for name, c in result["configs"].items():
             f = c["final_returns"]
@@ -597,7 +639,9 @@ def markdown(report: dict[str, Any]) -> str:
             std = "" if c["std"] is None else f"{c['std']:.2f}"
             low = f"{min(f):.2f}" if f else ""
             won = "" if c.get("solved") is None else f"{c['solved']}/{c['runs']}"
-            lines.append(f"| {name} | {mean} | {std} | {low} | {won} | {c.get('training_time_s', 0):.1f} |")
+            rates = [r for r in c.get("sfp_share_rates") or [] if r is not None]
+            hits = f"{100 * min(rates):.1f}%" if rates else ""
+            lines.append(f"| {name} | {mean} | {std} | {low} | {won} | {c.get('training_time_s', 0):.1f} | {hits} |")
         lines += [""] + [f"- {t['verdict']}" for t in result["tests"]] + [""]
     return "\n".join(lines)
 

@@ -336,7 +336,9 @@ TRAIN: tuple[Setting, ...] = (
         "mapping",
         None,
         "the network in skrl's YAML model format (policy/value: class, network containers, output; "
-        "omni_sfp/sfp/network.py); null: from the task's space (an MLP of units on a flat Box, a small CNN then the MLP "
+        "omni_sfp/sfp/network.py), plus our rnn block for a recurrent trunk shared by both roles (class LSTM|GRU, "
+        "hidden_size, num_layers, sequence_length, before_mlp, concat_input, layer_norm: rl_games' rnn semantics, "
+        "trained as skrl's PPO_RNN; omni_sfp/sfp/recurrent.py); null: from the task's space (an MLP of units on a flat Box, a small CNN then the MLP "
         "on images, a Categorical / MultiCategorical policy for Discrete / MultiDiscrete actions). Isaac Lab and "
         "OmniIsaacGymEnvs tasks set it from the network their library registered, unless it is a plain MLP",
         nullable=True,

@@ -274,6 +274,14 @@ register_task(
 )
 register_task(
     TaskSpec(
+        "CartpolePositions",
+        "embedded",
+        "omni_sfp.tasks.cartpole:CartpolePositions",
+        "Cartpole without velocities (2 obs: cart position, pole angle): a recurrent policy's task; max return 500",
+    )
+)
+register_task(
+    TaskSpec(
         "LQR60x8",
         "embedded",
         "omni_sfp.tasks.lqr:LQR60x8",

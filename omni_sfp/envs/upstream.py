@@ -244,15 +244,17 @@ def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:
 
 
 def _rlgames_network(
-    network_block: Mapping[str, Any], central: Mapping[str, Any] | None, train_file: str
+    network_block: Mapping[str, Any], central: Mapping[str, Any] | None, train_file: str, seq_length: int | None = None
 ) -> list[Setting]:
-    """rl_games' ``cnn``, discrete spaces and ``central_value_config`` (a critic on ``states``) as
-    ``train.models.network``; a recurrent network is refused in one line."""
+    """rl_games' ``cnn``, ``rnn`` (with ``config.seq_length``), discrete spaces and ``central_value_config`` (a critic
+    on ``states``) as ``train.models.network``."""
     from omni_sfp.sfp import network
 
     critic = (central or {}).get("network")
     try:
-        models = network.from_rlgames(_plain(network_block), central_value=_plain(critic) if critic else None)
+        models = network.from_rlgames(
+            _plain(network_block), central_value=_plain(critic) if critic else None, seq_length=seq_length
+        )
         spec = network.parse(models, source=f"{train_file}: params.network")
     except network.NetworkSpecError as error:
         raise UpstreamError(f"{train_file}: {error}") from None
@@ -284,7 +286,8 @@ def rlgames_settings(
     space = network.get("space", {}) or {}
     central = config.get("central_value_config")
     if network.get("cnn") or network.get("rnn") or (space and "continuous" not in space) or central:
-        out += _rlgames_network(network, central, train_file)
+        seq_length = config.get("seq_length")  # rl_games 1.6 reads seq_length only (OIGE's seq_len: its default, 4)
+        out += _rlgames_network(network, central, train_file, int(seq_length) if seq_length else None)
     else:
         if mlp.get("units"):
             take("train.models.units", [int(u) for u in mlp["units"]], f"{train_file}: params.network.mlp.units")

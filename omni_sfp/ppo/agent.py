@@ -22,6 +22,12 @@ What changes against ``skrl.agents.torch.ppo.PPO`` and why:
 - on CPU, mixed precision (bf16) runs without a GradScaler: bf16 needs no loss scaling.
 - the agent saves and restores itself (:meth:`SFPPPO.state_dict`); skrl's private fields (``_rollout``,
   ``_current_*``, the preprocessors) are touched in this module only.
+- a recurrent model (skrl's RNN protocol: ``get_specification()["rnn"]``, e.g. :mod:`omni_sfp.sfp.recurrent`) trains
+  with skrl ``PPO_RNN``'s semantics (tests/test_recurrent_agent.py pins it): the hidden states before each step
+  are stored with it, zeroed where an episode ends, and the update runs on sequences (:class:`SequenceSampler`).
+  Where ours differs it is our PPO's: GAE cuts at a truncation too (with ``time_limit_bootstrap``; ``PPO_RNN``
+  cuts at terminations only), and a truncated episode is bootstrapped from the step's value V(s_t) (as
+  ``PPO_RNN``), the hidden state after the final observation being the next episode's.
 - in a multi-process run every decision that changes which collectives run (skip or raise, the episode
   statistics that decide ``best.pt``) is agreed between the ranks (:mod:`omni_sfp.compute.distributed`).
 """
@@ -49,8 +55,8 @@ from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 from omni_sfp.compute import distributed
 from omni_sfp.compute.capture import CaptureError, GraphedStep, compile_step
 from omni_sfp.compute.device import read_back
-from omni_sfp.config.schema import CHECK_FINITE
-from omni_sfp.ppo.minibatches import RolloutSampler
+from omni_sfp.config.schema import CHECK_FINITE, ConfigError
+from omni_sfp.ppo.minibatches import RolloutSampler, SequenceSampler
 from omni_sfp.ppo.step import STATISTICS, DeviceLearningRate, MinibatchStep
 from omni_sfp.sfp.cache import SFPStats, capture_key, sfp_modules
 from omni_sfp.tasks.base import FINAL_OBSERVATIONS
@@ -260,6 +266,38 @@ class SFPPPO(PPO):
         self._episodes: EpisodeTracker | None = None
         self._recorded_steps = 0  # steps recorded since the last update (the memory's rows to check)
         self._first_recorded_step = 0  # the env step of the first of them
+        rnn = self.policy.get_specification().get("rnn", {}) if self.policy is not None else {}
+        self.sequence_length = int(rnn.get("sequence_length", 1))
+        self._rnn_sizes = [tuple(size) for size in rnn.get("sizes", [])]  # (layers, envs, hidden) per state
+        self.recurrent = bool(self._rnn_sizes)
+        # which of the hidden states each role reads: the policy's first, then a separate value model's (PPO_RNN's
+        # rnn_policy_<i> and rnn_value_<i>); a shared model's roles read the same
+        self._rnn_roles = {"policy": slice(0, len(self._rnn_sizes)), "value": slice(0, len(self._rnn_sizes))}
+        if self.value is not None and self.value is not self.policy:
+            value_rnn = self.value.get_specification().get("rnn", {})
+            value_sizes = [tuple(size) for size in value_rnn.get("sizes", [])]
+            if bool(value_sizes) != self.recurrent or (
+                value_sizes and value_rnn.get("sequence_length", 1) != self.sequence_length
+            ):
+                raise ValueError("SFPPPO: the policy and a separate value model are both recurrent or neither is, "
+                                 "with one sequence_length")  # fmt: skip
+            self._rnn_roles["value"] = slice(len(self._rnn_sizes), len(self._rnn_sizes) + len(value_sizes))
+            self._rnn_sizes += value_sizes
+        if len({(layers, hidden) for layers, _, hidden in self._rnn_sizes}) > 1:
+            raise ValueError("SFPPPO: every hidden state of a recurrent model has one size (num_layers, hidden_size)")
+        if self.recurrent and self.cfg.rollouts % self.sequence_length:
+            raise ConfigError(
+                f"train.ppo.rollouts ({self.cfg.rollouts}) must be a multiple of the recurrent network's "
+                f"sequence_length ({self.sequence_length}): the update trains on whole sequences"
+            )
+        sequences = self.cfg.rollouts // self.sequence_length * (self.memory.num_envs if self.memory is not None else 0)
+        if self.recurrent and self.memory is not None and sequences < self.cfg.mini_batches:
+            raise ConfigError(
+                f"train.ppo.mini_batches ({self.cfg.mini_batches}) is more than the rollout's {sequences} sequences of "
+                f"{self.sequence_length} steps (num_envs x rollouts / sequence_length)"
+            )
+        self._rnn_states: list[torch.Tensor] | None = None  # the hidden states the next act starts from
+        self._rnn_after: list[torch.Tensor] | None = None  # the hidden states after the last act
         models = {id(m): m for m in (self.policy, self.value) if m is not None}.values()
         self._models = list(models)
         self._caches = [cache for model in models for cache in sfp_modules(model)]
@@ -280,6 +318,7 @@ class SFPPPO(PPO):
             bounds_loss_scale=self.bounds_loss_scale,
             reduce_gradients=self._reduce_gradients if skrl_config.torch.is_distributed else None,
             device=self.device,
+            hidden_roles=(self._rnn_roles["policy"], self._rnn_roles["value"]) if self.recurrent else None,
         )
         # CUDA's path: no host read in a rollout step, one per update (tests force it on the CPU)
         self.sync_free = self.device.type == "cuda"
@@ -293,6 +332,45 @@ class SFPPPO(PPO):
         self._captured_act: Callable | None = None  # the act pair, compiled (or graphed) with the step
         self._act_counts: list[SFPStats] | None = None  # what one eager act pair added to each cache's counters
         self.capture_fallback: Callable[[str], None] | None = None  # None: a step that fails to capture raises
+
+    def init(self, *, trainer_cfg: dict[str, Any] | None = None) -> None:
+        """skrl's init (memory tensors, writer); for a recurrent model also a memory tensor per hidden state
+        (``rnn_<i>``, the state before each step, as ``PPO_RNN`` stores it) and zero states to start from."""
+        super().init(trainer_cfg=trainer_cfg)
+        if self.recurrent:
+            if self.memory is not None:
+                for i, (layers, _, hidden) in enumerate(self._rnn_sizes):
+                    self.memory.create_tensor(
+                        name=f"rnn_{i}", size=(layers, hidden), dtype=torch.float32, keep_dimensions=True
+                    )
+            self.reset_hidden_states()
+
+    def reset_hidden_states(self, num_envs: int | None = None) -> None:
+        """Zero hidden states for ``num_envs`` envs (the specification's by default): every episode starts again."""
+        self._rnn_states = [
+            torch.zeros(layers, envs if num_envs is None else num_envs, hidden, device=self.device)
+            for layers, envs, hidden in self._rnn_sizes
+        ]
+        self._rnn_after = None
+
+    def _advance_hidden(self, done: torch.Tensor) -> None:
+        """The next step's hidden states: the last act's, zeroed where the episode ended (no host read)."""
+        if self._rnn_after is not None:
+            keep = done.reshape(1, -1, 1).logical_not()
+            self._rnn_states = [torch.where(keep, state, 0.0) for state in self._rnn_after]
+            self._rnn_after = None
+
+    @contextlib.contextmanager
+    def hidden_states_kept(self) -> Iterator[None]:
+        """Calls made inside (the evaluation episodes, on their own env) start from zero hidden states and leave the
+        training rollout's as they were."""
+        saved = (self._rnn_states, self._rnn_after)
+        try:
+            if self.recurrent:
+                self._rnn_states = None  # sized at the first act
+            yield
+        finally:
+            self._rnn_states, self._rnn_after = saved
 
     def _use_fused_adam(self) -> None:
         """Replace skrl's Adam by the fused one: the same update rule in one kernel over all parameters.
@@ -384,6 +462,8 @@ class SFPPPO(PPO):
                 "skipped_updates": self.skipped_updates,
             },
             "sfp_stats": [[c.stats.hits, c.stats.misses, c.stats.bypasses] for c in self._caches],
+            # a recurrent model's hidden states of the rollout in progress (resumed, the rollout continues from them)
+            "rnn_states": list(self._rnn_states) if self.recurrent and self._rnn_states is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any], *, models_only: bool = False) -> None:
@@ -401,6 +481,12 @@ class SFPPPO(PPO):
         self.scaler.load_state_dict(state["scaler"])
         if self.scheduler and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.recurrent:
+            states = state.get("rnn_states")
+            if states is not None and [tuple(s.shape) for s in states] == [tuple(s) for s in self._rnn_sizes]:
+                self._rnn_states = [s.to(self.device) for s in states]
+            else:
+                self.reset_hidden_states()  # a checkpoint without them: every episode's memory restarts
         counters = state["counters"]
         self._rollout = counters["rollout"]
         self.shareable_calls = counters["shareable_calls"]
@@ -415,6 +501,8 @@ class SFPPPO(PPO):
         captured with the minibatch step (compiled, in a CUDA graph on CUDA). The first act of a process is eager:
         the caches' counters show what one pair counts, and a captured pair counts the same."""
         if not self.training:
+            if self.recurrent:
+                return self._recurrent_play(observations, states)
             return super().act(observations, states, timestep=timestep, timesteps=timesteps)
         self.shareable_calls += 1  # the value call, on the policy call's inputs
         if self._act_counts is None or self._captured_act is None:
@@ -433,6 +521,29 @@ class SFPPPO(PPO):
         self._current_log_prob, self._current_values = log_prob, values
         return actions, {"log_prob": log_prob, "mean_actions": mean_actions}
 
+    def _recurrent_play(self, observations: torch.Tensor, states: torch.Tensor | None):
+        """A recurrent policy acting outside training (evaluation): the policy alone, its hidden states carried to
+        the next call (:meth:`end_episodes` zeroes those whose episode ended)."""
+        if self._rnn_states is None or self._rnn_states[0].shape[1] != observations.shape[0]:
+            self.reset_hidden_states(observations.shape[0])
+        part = self._rnn_roles["policy"]
+        inputs = {
+            "observations": self._observation_preprocessor(observations),
+            "states": self._state_preprocessor(states),
+            "rnn": self._rnn_states[part],
+        }
+        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+            actions, outputs = self.policy.act(inputs, role="policy")
+        self._rnn_states[part], self._rnn_after = list(outputs["rnn"]), None
+        return actions, outputs
+
+    def end_episodes(self, done: torch.Tensor) -> None:
+        """Where ``done``, the next act starts a new episode: a recurrent model's hidden states are zeroed (a
+        player that drives the policy without :meth:`record_transition` calls it)."""
+        if self.recurrent and self._rnn_states is not None:
+            self._rnn_after, self._rnn_states = self._rnn_states, None
+            self._advance_hidden(done)
+
     def _act_pair(
         self, observations: torch.Tensor, states: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -444,10 +555,23 @@ class SFPPPO(PPO):
             "observations": self._observation_preprocessor(observations),
             "states": self._state_preprocessor(states),
         }
+        if self.recurrent:  # both roles on the same hidden states (PPO_RNN's value call reads the policy's)
+            if self._rnn_states is None or self._rnn_states[0].shape[1] != observations.shape[0]:
+                self.reset_hidden_states(observations.shape[0])
+            inputs["rnn"] = self._rnn_states[self._rnn_roles["policy"]]
+        value_inputs = inputs
+        if self.recurrent and self.value is not self.policy:  # a separate value model has hidden states of its own
+            value_inputs = {**inputs, "rnn": self._rnn_states[self._rnn_roles["value"]]}
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             actions, outputs = self.policy.act(inputs, role="policy")
-            values, _ = self.value.act(inputs, role="value")
+            values, value_outputs = self.value.act(value_inputs, role="value")
             values = self._value_preprocessor(values, inverse=True)
+        if self.recurrent:
+            after = list(self._rnn_states)
+            after[self._rnn_roles["policy"]] = outputs["rnn"]
+            if self.value is not self.policy:
+                after[self._rnn_roles["value"]] = value_outputs["rnn"]
+            self._rnn_after = after
         for cache in self._caches:
             cache.end_graph()
         return actions, outputs["log_prob"], values, outputs["mean_actions"]
@@ -471,6 +595,7 @@ class SFPPPO(PPO):
             self._episodes = EpisodeTracker(rewards.shape[0], rewards.device)
         self._episodes.record(rewards, terminated | truncated)
         if not self.training:
+            self.end_episodes(terminated | truncated)
             return
         self._current_next_observations = next_observations
         self._current_next_states = next_states
@@ -482,6 +607,9 @@ class SFPPPO(PPO):
             if next_values is not None:
                 rewards = rewards + self.cfg.discount_factor * next_values * truncated
 
+        hidden = {}
+        if self.recurrent:  # the states this step started from, (envs, layers, hidden) as PPO_RNN stores them
+            hidden = {f"rnn_{i}": state.transpose(0, 1) for i, state in enumerate(self._rnn_states)}
         self.memory.add_samples(
             observations=observations,
             states=states,
@@ -491,7 +619,10 @@ class SFPPPO(PPO):
             truncated=truncated,
             log_prob=self._current_log_prob,
             values=self._current_values,
+            **hidden,
         )
+        if self.recurrent:
+            self._advance_hidden(terminated | truncated)
         self._rollout += 1  # steps recorded so far (skrl counts them in post_interaction, which our loop skips)
         if not self._recorded_steps:
             self._first_recorded_step = timestep
@@ -511,7 +642,7 @@ class SFPPPO(PPO):
         """
         next_observations = self._current_next_observations
         final = final_observations(infos, next_observations, self.observation_space)
-        if final is None:
+        if final is None or self.recurrent:  # recurrent: the final observation's hidden state is not kept
             return self._current_values
         reusable = final is next_observations  # no env reset in this step (OmniIsaacGymEnvs resets in the next)
         if not reusable and not self.sync_free and not bool(truncated.any()):  # a sync on CUDA: not there
@@ -647,6 +778,8 @@ class SFPPPO(PPO):
                 "observations": self._observation_preprocessor(self._current_next_observations),
                 "states": self._state_preprocessor(self._current_next_states),
             }
+            if self.recurrent:
+                inputs["rnn"] = self._rnn_states[self._rnn_roles["value"]]
             self.value.enable_training_mode(False)
             last_values, _ = self.value.act(inputs, role="value")
             self.value.enable_training_mode(True)
@@ -666,7 +799,21 @@ class SFPPPO(PPO):
         values = self._value_preprocessor(values, train=True)
         returns = self._value_preprocessor(returns, train=True)
 
-        sampler = RolloutSampler(
+        sampler_class, sequences = RolloutSampler, {}
+        if self.recurrent:
+            sampler_class = SequenceSampler
+            sequences = {
+                "hidden": torch.stack(
+                    [memory.get_tensor_by_name(f"rnn_{i}").flatten(0, 1) for i in range(len(self._rnn_sizes))]
+                ),
+                "terminated": memory.get_tensor_by_name("terminated").flatten(0, 1),
+                "truncated": memory.get_tensor_by_name("truncated").flatten(0, 1),
+                "steps": memory.memory_size,
+                "envs": memory.num_envs,
+                "sequence_length": self.sequence_length,
+            }
+        sampler = sampler_class(
+            **sequences,
             observations=memory.get_tensor_by_name("observations").flatten(0, 1),
             states=memory.get_tensor_by_name("states").flatten(0, 1) if "states" in memory.tensors else None,
             actions=memory.get_tensor_by_name("actions").flatten(0, 1),
@@ -822,6 +969,8 @@ class SFPPPO(PPO):
             return "a multi-process run reduces its gradients between the processes in every step"
         if self.cfg.kl_threshold:
             return "train.ppo.kl_threshold stops an epoch on a host read"
+        if self.recurrent:
+            return "a recurrent model's step runs eagerly (its hidden states are not captured yet)"
         if capture_key(*self._models, *self._preprocessors()) is None:
             return "a module hook is registered (a graph would not call it)"
         drew = [c.bypasses for cache, c in zip(self._caches, self._step_counts or []) if cache.cache_check != "off"]

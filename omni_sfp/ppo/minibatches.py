@@ -33,6 +33,11 @@ class Minibatch:
     values: torch.Tensor  # the rollout's (normalised) values, (n, 1)
     returns: torch.Tensor  # (normalised) returns, (n, 1)
     advantages: torch.Tensor  # normalised advantages, (n, 1)
+    # a recurrent model's (SequenceSampler): the hidden states before each row, (states, layers, n, hidden), and
+    # where each row's episode ended, (n, 1) bool each; None for a feed-forward one
+    hidden: torch.Tensor | None = None
+    terminated: torch.Tensor | None = None
+    truncated: torch.Tensor | None = None
 
     def tensors(self) -> tuple[torch.Tensor | None, ...]:
         """The fields in order (a captured step copies them into its static buffers)."""
@@ -78,10 +83,17 @@ class RolloutSampler:
         self.gather_per_minibatch = observations[0].numel() * observations.element_size() > PER_MINIBATCH_GATHER_BYTES
         self._normalised: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
+    def order(self, epoch: int) -> torch.Tensor:
+        """The rows of epoch ``epoch`` in minibatch order: skrl PPO's permutation, one draw per epoch."""
+        return torch.randperm(self.samples, dtype=torch.long).to(self.scalars.device, non_blocking=True)
+
+    def extra(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """More fields of the minibatch of rollout rows ``rows`` (none here)."""
+        return {}
+
     def epoch(self, epoch: int) -> Iterator[Minibatch]:
         """The minibatches of epoch ``epoch`` (0 first: it trains the normalisers as it goes)."""
-        device = self.scalars.device
-        order = torch.randperm(self.samples, dtype=torch.long).to(device, non_blocking=True)  # skrl's draw
+        order = self.order(epoch)
         if epoch == 0:
             observations, states = self.observations, self.states
         else:
@@ -109,4 +121,72 @@ class RolloutSampler:
                     batch_observations = self._normalise_observations(batch_observations, train=True)
                     batch_states = self._normalise_states(batch_states, train=True)
             log_prob, values, returns, advantages = (row[batch].unsqueeze(-1) for row in scalars)
-            yield Minibatch(batch_observations, batch_states, actions[batch], log_prob, values, returns, advantages)
+            yield Minibatch(
+                batch_observations,
+                batch_states,
+                actions[batch],
+                log_prob,
+                values,
+                returns,
+                advantages,
+                **self.extra(order[batch]),
+            )
+
+
+def sequence_order(steps: int, envs: int) -> torch.Tensor:
+    """skrl's ``Memory.all_sequence_indexes``: the rows of a ``(steps, envs)`` rollout env by env, each env's steps
+    in time order (row ``t * envs + e``)."""
+    return torch.arange(steps * envs).reshape(steps, envs).t().flatten()
+
+
+class SequenceSampler(RolloutSampler):
+    """A recurrent model's minibatches, as skrl 2.1.1's ``PPO_RNN`` samples them (``sample_all(...,
+    sequence_length=L)``): the rollout env by env in time order, cut into ``mini_batches`` parts of whole sequences of
+    ``L`` steps; the same minibatches in the same order every epoch (no permutation is drawn). Each minibatch carries
+    the hidden states before its rows and the rows' episode ends, which the model reads to start each sequence
+    and to reset within it.
+
+    :param hidden: ``(states, steps * envs, layers, hidden)``: the hidden states before each step, rows as the
+        other tensors' (step-major).
+    :param terminated: ``(steps * envs, 1)`` bool (``truncated`` likewise).
+    :raises ValueError: the rollout is not whole sequences (one line).
+    """
+
+    def __init__(
+        self,
+        *,
+        hidden: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        steps: int,
+        envs: int,
+        sequence_length: int,
+        mini_batches: int,
+        **kwargs,
+    ) -> None:
+        if steps % sequence_length:
+            raise ValueError(
+                f"train.ppo.rollouts ({steps}) must be a multiple of the recurrent network's sequence_length "
+                f"({sequence_length}): the update trains on whole sequences"
+            )
+        sequences = steps // sequence_length * envs
+        if sequences < mini_batches:
+            raise ValueError(
+                f"train.ppo.mini_batches ({mini_batches}) is more than the rollout's {sequences} sequences of "
+                f"{sequence_length} steps"
+            )
+        super().__init__(mini_batches=mini_batches, **kwargs)
+        self.sizes = [size * sequence_length for size in split_sizes(sequences, mini_batches)]
+        self.hidden, self.terminated, self.truncated = hidden, terminated, truncated
+        self._order = sequence_order(steps, envs).to(self.scalars.device)
+        self.gather_per_minibatch = True  # the order is fixed: gathering once an epoch would gather the same rows
+
+    def order(self, epoch: int) -> torch.Tensor:
+        return self._order
+
+    def extra(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
+            "hidden": self.hidden[:, rows].transpose(1, 2),  # (states, layers, n, hidden)
+            "terminated": self.terminated[rows],
+            "truncated": self.truncated[rows],
+        }

@@ -45,6 +45,8 @@ class MinibatchStep:
     :param caches: the models' single-forward-pass caches (their graph entries end with each traced call).
     :param soft_bounds: rl_games' soft bounds of the policy mean, or None (no bound loss).
     :param reduce_gradients: averages the gradients over the processes (multi-process runs), or None.
+    :param hidden_roles: a recurrent model's hidden states each role reads from :attr:`Minibatch.hidden` (policy,
+        value); None: both read all (one shared model).
     """
 
     def __init__(
@@ -62,11 +64,13 @@ class MinibatchStep:
         bounds_loss_scale: float,
         reduce_gradients: Callable[[], None] | None,
         device: torch.device,
+        hidden_roles: tuple[slice, slice] | None = None,
     ) -> None:
         self.policy, self.value, self.optimizer, self.scaler, self.cfg = policy, value, optimizer, scaler, cfg
         self.autocast, self.parameters, self.caches = autocast, list(parameters), list(caches)
         self.soft_bounds, self.bounds_loss_scale = soft_bounds, bounds_loss_scale
         self.reduce_gradients = reduce_gradients
+        self.hidden_roles = hidden_roles
         # sums of STATISTICS over the update's minibatches (float64: as skrl's Python sums of the float32 losses)
         self.totals = torch.zeros(len(STATISTICS), dtype=torch.float64, device=device)
         self.epoch_kl = torch.zeros((), device=device)  # sum of this epoch's KLs (the KL-adaptive rate's input)
@@ -80,11 +84,19 @@ class MinibatchStep:
     def loss(self, batch: Minibatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The minibatch's loss and its statistics (:data:`STATISTICS`, float32), both on the device.
 
-        The value call reads the same inputs as the policy call: the single-forward-pass cache serves it (eagerly
-        by its key, in a traced graph by identity, :meth:`SingleForwardPass.end_graph`)."""
+        The value call reads the same inputs as the policy call (for a recurrent model the same hidden states and
+        done masks too, skrl ``PPO_RNN``'s inputs): the single-forward-pass cache serves it (eagerly by its key, in a
+        traced graph by identity, :meth:`SingleForwardPass.end_graph`)."""
         cfg = self.cfg
         with self.autocast():
             inputs = {"observations": batch.observations, "states": batch.states}
+            value_inputs = inputs
+            if batch.hidden is not None:  # a recurrent model: sequences, their first hidden states and episode ends
+                rnn = list(batch.hidden)
+                policy_part, value_part = self.hidden_roles or (slice(None), slice(None))
+                inputs.update(rnn=rnn[policy_part], terminated=batch.terminated, truncated=batch.truncated)
+                if value_part != policy_part:  # a separate value model: its own hidden states
+                    value_inputs = {**inputs, "rnn": rnn[value_part]}
             _, outputs = self.policy.act({**inputs, "taken_actions": batch.actions}, role="policy")
             log_prob = outputs["log_prob"]
             with torch.no_grad():  # approximate KL divergence
@@ -99,7 +111,7 @@ class MinibatchStep:
             surrogate_clipped = batch.advantages * torch.clip(ratio, 1.0 - cfg.ratio_clip, 1.0 + cfg.ratio_clip)
             policy_loss = -torch.min(surrogate, surrogate_clipped).mean()
 
-            predicted_values, _ = self.value.act(inputs, role="value")
+            predicted_values, _ = self.value.act(value_inputs, role="value")
             if cfg.value_clip > 0:
                 predicted_values = batch.values + torch.clip(
                     predicted_values - batch.values, min=-cfg.value_clip, max=cfg.value_clip

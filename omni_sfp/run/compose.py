@@ -170,12 +170,20 @@ def validate(cfg: DictConfig) -> None:
 
 
 def _validate_network(cfg: DictConfig) -> None:
-    """``train.models.network`` parses (its fit to the task's spaces is checked when the models are built)."""
+    """``train.models.network`` parses (its fit to the task's spaces is checked when the models are built), and a
+    recurrent one's sequences fit the rollout."""
     spec = _get(cfg, "train.models.network")
     if spec is not None:
         from omni_sfp.sfp import network  # torch: only when a network is given
 
-        network.parse(OmegaConf.to_container(spec, resolve=True))
+        parsed = network.parse(OmegaConf.to_container(spec, resolve=True))
+        if parsed.rnn is not None:
+            rollouts, length = _get(cfg, "train.ppo.rollouts"), parsed.rnn.sequence_length
+            if isinstance(rollouts, int) and rollouts % length:
+                raise ConfigError(
+                    f"train.ppo.rollouts ({rollouts}) must be a multiple of the recurrent network's sequence_length "
+                    f"({length}): the update trains on whole sequences"
+                )
 
 
 def _require_int(cfg: DictConfig, key: str, *, minimum: int) -> int:

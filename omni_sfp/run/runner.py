@@ -43,7 +43,7 @@ from omni_sfp.run.folder import (
 from omni_sfp.run.outputs.base import RunContext, RunOutput, check_config, outputs_for
 from omni_sfp.run.outputs.evaluation import FinalEvaluation, evaluate_agent
 from omni_sfp.run.progress import ProgressOutput, Summary
-from omni_sfp.sfp import network
+from omni_sfp.sfp import network, recurrent
 from omni_sfp.sfp.models import GaussianActor, SharedActorCritic, ValueCritic
 
 OutputT = TypeVar("OutputT", bound=RunOutput)
@@ -83,6 +83,18 @@ def network_spec(cfg: DictConfig, env) -> network.NetworkSpec | None:
 def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
     m = cfg.train.models
     spec = network_spec(cfg, env)
+    if spec is not None and spec.rnn is not None:  # a recurrent trunk: skrl's RNN protocol (PPO_RNN's semantics)
+        return recurrent.build_models(
+            spec,
+            env.observation_space,
+            env.action_space,
+            device,
+            num_envs=env.num_envs,
+            state_space=getattr(env, "state_space", None),
+            init=m.init,
+            single_forward_pass=cfg.train.sfp.enabled,
+            cache_check=cfg.train.sfp.cache_check,
+        )
     if spec is not None:
         return network.build_models(
             spec,
@@ -253,7 +265,8 @@ class Runner:
             self.env = output.wrap_env(self.env, self.outputs_dir)
         self.models = build_models(cfg, self.env, self.device)
         if self.rank == 0:
-            print(f"[omni_sfp] network: {network.describe(self.models)}", flush=True)
+            describe = recurrent.describe if recurrent.is_recurrent(self.models["policy"]) else network.describe
+            print(f"[omni_sfp] network: {describe(self.models)}", flush=True)
         self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)
         self.learner = Learner(self.env, self.agent, iterations=max_iterations(cfg), log=self._log)
         self.checkpoints = Checkpoints(cfg, self.learner, self.run_dir)  # reads the learner's position

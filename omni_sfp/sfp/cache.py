@@ -136,15 +136,22 @@ class _Guard:
 
 
 @dataclass(eq=False)
-class _Entry:
-    """One cached trunk call: the input it was computed from, the output, and the state it ran in."""
+class _Input:
+    """One input of a cached call (a recurrent trunk has several: the input, its hidden state, its done mask)."""
 
-    input_ref: weakref.ref  # identity of the caller's tensor, without keeping it (or its graph) alive
-    input_data: torch.Tensor | None  # detached alias (shares the version counter) or private copy, for content
-    input_version: int | None
-    input_layout: tuple
-    output: torch.Tensor
-    output_version: int | None
+    ref: weakref.ref  # identity of the caller's tensor, without keeping it (or its graph) alive
+    data: torch.Tensor | None  # detached alias (shares the version counter) or private copy, for content
+    version: int | None
+    layout: tuple
+
+
+@dataclass(eq=False)
+class _Entry:
+    """One cached trunk call: the inputs it was computed from, the output, and the state it ran in."""
+
+    inputs: tuple  # an _Input per tensor argument, None where the argument was None
+    output: torch.Tensor | tuple  # one tensor, or a tuple of tensors (a recurrent trunk's features and hidden state)
+    output_version: tuple  # per output tensor
     private_output: bool  # an inference-mode output: a private copy, served as a fresh copy, once
     context: tuple
     refs: tuple  # weak references to the trunk's modules, parameters and buffers, in walk order
@@ -159,6 +166,12 @@ class SingleForwardPass(nn.Module):
 
     Use it inside a skrl model's ``compute()``: ``features = self.trunk(inputs["observations"])``; both
     roles call it, whichever comes first computes, the other is served.
+
+    A trunk may take several tensor arguments (or None) and return a tuple of tensors: a recurrent trunk that
+    declares ``hidden_state_input = True`` takes ``(x, *hidden, dones)`` and returns ``(features, *hidden)``
+    (:mod:`omni_sfp.sfp.recurrent`). Every argument is then part of the key, each checked as below: the same
+    input with another hidden state, done mask or sequence shape is a miss. A recurrent trunk that reads a
+    hidden state kept inside it (``nn.LSTM`` called without one) is refused.
 
     ``cache_check`` decides what "the same input" means:
 
@@ -217,7 +230,7 @@ class SingleForwardPass(nn.Module):
         if cache_check not in CACHE_CHECKS:
             raise ValueError(f"cache_check={cache_check!r} is not one of {', '.join(CACHE_CHECKS)}")
         recurrent = [name or type(trunk).__name__ for name, m in trunk.named_modules() if isinstance(m, nn.RNNBase)]
-        if recurrent:
+        if recurrent and not getattr(trunk, "hidden_state_input", False):
             raise TypeError(
                 f"SingleForwardPass cannot wrap a recurrent trunk ({', '.join(recurrent)}): its output depends on a "
                 "hidden state that is not part of the input, so a cached result could be stale"
@@ -226,35 +239,43 @@ class SingleForwardPass(nn.Module):
         self.cache_check: CacheCheck = cache_check
         self.stats = SFPStats()
         self._entry: _Entry | None = None
-        self._graph_entry: tuple | None = None  # (input, modes, output) inside one traced call
+        self._graph_entry: tuple | None = None  # (inputs, modes, output) inside one traced call
 
     # -- public -----------------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *more: torch.Tensor | None) -> torch.Tensor | tuple:
+        inputs = (x, *more)
         if torch.compiler.is_compiling():
-            return self._in_graph(x)
-        if self.cache_check == "off" or type(x) not in _PLAIN_TENSOR_TYPES or transform_active():
-            return self._bypass(x)
+            return self._in_graph(inputs)
+        if (
+            self.cache_check == "off"
+            or any(t is not None and type(t) not in _PLAIN_TENSOR_TYPES for t in inputs)
+            or transform_active()
+        ):
+            return self._bypass(inputs)
         walked = self._walk()
         if walked is None:  # hooks on the trunk
-            return self._bypass(x)
+            return self._bypass(inputs)
         objects, state = walked
-        context = self._context(x)
+        context = self._context(inputs)
         entry = self._entry
         if entry is not None:
             # metadata first: a content check (a tensor read) is only made when everything else matches
-            if self._same_state(entry, context, objects, state) and self._same_input(entry, x):
+            if self._same_state(entry, context, objects, state) and self._same_inputs(entry, inputs):
                 return self._serve(entry)
             self._entry = None  # drop it before computing, so a stale graph is freed as early as possible
 
         before = _rng_snapshot(x.device)
-        output = self.trunk(x)
-        if not isinstance(output, torch.Tensor):
-            raise TypeError(f"SingleForwardPass expects the trunk to return one tensor, got {type(output).__name__}")
+        output = self.trunk(*inputs)
+        outputs = output if isinstance(output, tuple) else (output,)
+        if not outputs or not all(isinstance(t, torch.Tensor) for t in outputs):
+            raise TypeError(
+                f"SingleForwardPass expects the trunk to return a tensor or a tuple of tensors, got {type(output).__name__}"
+            )
         if _rng_snapshot(x.device) != before:  # the trunk drew random numbers: its result is not shareable
             self.stats.bypasses += 1
             return output
         self.stats.misses += 1
-        self._entry = self._make_entry(x, output, context, objects, state)
+        self._entry = self._make_entry(inputs, output, context, objects, state)
         return output
 
     def clear(self) -> None:
@@ -288,31 +309,41 @@ class SingleForwardPass(nn.Module):
         return f"cache_check={self.cache_check!r}"
 
     # -- calls ------------------------------------------------------------------------------------------
-    def _in_graph(self, x: torch.Tensor) -> torch.Tensor:
+    def _in_graph(self, inputs: tuple) -> torch.Tensor | tuple:
         """The trunk under ``torch.compile``: the second call on the very same traced tensor, in the same grad mode
         and autocast state, gets the first call's output, so the graph holds one trunk and one backward through
         it. No counter moves here (a Python integer in a graph would be a guard that recompiles on every call):
         whoever runs the compiled function counts what its eager twin counted."""
-        modes = (torch.is_grad_enabled(), *_autocast_state(x.device.type))
+        modes = (torch.is_grad_enabled(), *_autocast_state(inputs[0].device.type))
         entry = self._graph_entry
-        if self.cache_check != "off" and entry is not None and entry[0] is x and entry[1] == modes:
+        if (
+            self.cache_check != "off"
+            and entry is not None
+            and len(entry[0]) == len(inputs)
+            and all(a is b for a, b in zip(entry[0], inputs))
+            and entry[1] == modes
+        ):
             return entry[2]
-        output = self.trunk(x)
+        output = self.trunk(*inputs)
         if self.cache_check != "off":
-            self._graph_entry = (x, modes, output)
+            self._graph_entry = (inputs, modes, output)
         return output
 
-    def _bypass(self, x: torch.Tensor) -> torch.Tensor:
+    def _bypass(self, inputs: tuple) -> torch.Tensor | tuple:
         self._entry = None
         self.stats.bypasses += 1
-        return self.trunk(x)
+        return self.trunk(*inputs)
 
-    def _serve(self, entry: _Entry) -> torch.Tensor:
+    def _serve(self, entry: _Entry) -> torch.Tensor | tuple:
         self.stats.hits += 1
         entry.served += 1
-        entry.input_data = None  # no content check after the first serve: let the input go
+        for item in entry.inputs:  # no content check after the first serve: let the inputs go
+            if item is not None:
+                item.data = None
         if entry.private_output:
             self._entry = None  # the immediate partner only
+            if isinstance(entry.output, tuple):
+                return tuple(t.clone() for t in entry.output)
             return entry.output.clone()
         if entry.carries_graph:
             self._entry = None
@@ -320,9 +351,9 @@ class SingleForwardPass(nn.Module):
         return entry.output
 
     # -- keys -------------------------------------------------------------------------------------------
-    def _context(self, x: torch.Tensor) -> tuple:
+    def _context(self, inputs: tuple) -> tuple:
         grad = torch.is_grad_enabled()
-        autocast, autocast_dtype = _autocast_state(x.device.type)
+        autocast, autocast_dtype = _autocast_state(inputs[0].device.type)
         return (
             _generation,
             grad,
@@ -330,7 +361,7 @@ class SingleForwardPass(nn.Module):
             autocast,
             autocast_dtype,
             torch.get_float32_matmul_precision(),
-            grad and x.requires_grad,  # the output's graph must lead to this input
+            grad and any(t is not None and t.requires_grad for t in inputs),  # the graph must lead to them
         )
 
     def _walk(self) -> tuple[list, tuple] | None:
@@ -343,54 +374,79 @@ class SingleForwardPass(nn.Module):
     def _same_state(entry: _Entry, context: tuple, objects: list, state: tuple) -> bool:
         if entry.context != context or entry.state != state or len(entry.refs) != len(objects):
             return False
-        if entry.output_version is not None and entry.output._version != entry.output_version:
-            return False  # the caller modified the returned features in place
+        outputs = entry.output if isinstance(entry.output, tuple) else (entry.output,)
+        for output, version in zip(outputs, entry.output_version):
+            if version is not None and output._version != version:
+                return False  # the caller modified the returned features in place
         return all(ref() is obj for ref, obj in zip(entry.refs, objects))
 
-    def _same_input(self, entry: _Entry, x: torch.Tensor) -> bool:
-        if _layout(x) != entry.input_layout:
+    def _same_inputs(self, entry: _Entry, inputs: tuple) -> bool:
+        """Every argument the same (by identity, else content): all must hold, in order; identity first for all,
+        so that a content check (a tensor read) is made only where every other argument already matched."""
+        if len(inputs) != len(entry.inputs):
             return False
+        pending = []
+        for item, x in zip(entry.inputs, inputs):
+            if item is None or x is None:
+                if item is not x:  # a None argument matches only None
+                    return False
+                continue
+            if _layout(x) != item.layout:
+                return False
+            version = _tensor_version(x)
+            if not (version is not None and version == item.version and item.ref() is x):
+                pending.append((item, x))
+        return all(self._same_input(item, x) for item, x in pending)
+
+    def _same_input(self, item: _Input, x: torch.Tensor) -> bool:
         version = _tensor_version(x)
-        if version is not None and version == entry.input_version and entry.input_ref() is x:
-            return True
         # A content check reads both tensors (a host sync on CUDA). Only an entry nobody has used yet is
         # worth it: once served, the pair it was made for is complete and the next input is new data.
         # An input that requires grad is served by identity only: a content hit would hand it a graph
         # that leads to another tensor.
-        if self.cache_check == "identity" or entry.input_data is None or x.requires_grad:
+        if self.cache_check == "identity" or item.data is None or x.requires_grad:
             return False
         # the cached data must itself be unmodified since the output was computed from it
-        if entry.input_version is not None and entry.input_data._version != entry.input_version:
+        if item.version is not None and item.data._version != item.version:
             return False
-        if not torch.equal(x, entry.input_data):
+        if not torch.equal(x, item.data):
             return False
         if version is not None:  # rebind to the caller's tensor, so its partner call hits by identity
-            entry.input_ref, entry.input_version = weakref.ref(x), version
+            item.ref, item.version = weakref.ref(x), version
         return True
 
-    def _make_entry(self, x, output: torch.Tensor, context: tuple, objects: list, state: tuple) -> _Entry | None:
+    def _make_input(self, x: torch.Tensor) -> _Input | None:
         version = _tensor_version(x)
         untrackable = version is None  # inference-mode input: it may change in place without a trace
         if untrackable and self.cache_check == "identity":
             return None
-        output_version = _tensor_version(output)
-        private_output = output_version is None
+        data = x.clone() if untrackable else (None if self.cache_check == "identity" else x.detach())
+        return _Input(weakref.ref(x), data, version, _layout(x))
+
+    def _make_entry(self, inputs: tuple, output, context: tuple, objects: list, state: tuple) -> _Entry | None:
+        items = tuple(None if x is None else self._make_input(x) for x in inputs)
+        if any(item is None and x is not None for item, x in zip(items, inputs)):
+            return None  # an inference-mode argument under identity checks: nothing to key it by
+        outputs = output if isinstance(output, tuple) else (output,)
+        output_version = tuple(_tensor_version(t) for t in outputs)
+        private_output = any(v is None for v in output_version)
+        if private_output:
+            outputs = tuple(t.clone() for t in outputs)
+            output = outputs if isinstance(output, tuple) else outputs[0]
         entry = _Entry(
-            input_ref=weakref.ref(x),
-            input_data=x.clone() if untrackable else (None if self.cache_check == "identity" else x.detach()),
-            input_version=version,
-            input_layout=_layout(x),
-            output=output.clone() if private_output else output,
+            inputs=items,
+            output=output,
             output_version=output_version,
             private_output=private_output,
             context=context,
             refs=tuple(weakref.ref(obj) for obj in objects),
             state=state,
-            carries_graph=output.requires_grad,
+            carries_graph=any(t.requires_grad for t in outputs),
         )
         if entry.carries_graph:
             entry.guard = _Guard()
-            output.register_hook(_on_backward(self, entry, entry.guard))
+            hooked = next(t for t in outputs if t.requires_grad)  # the features: what the heads' losses reach
+            hooked.register_hook(_on_backward(self, entry, entry.guard))
         return entry
 
 

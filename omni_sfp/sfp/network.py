@@ -82,11 +82,57 @@ class Role:
         return dict(self.options).get(key, default)
 
 
+RNN_CLASSES = ("LSTM", "GRU")
+_RNN_KEYS = ("class", "hidden_size", "num_layers", "sequence_length", "before_mlp", "concat_input", "layer_norm")
+
+
+@dataclass(frozen=True)
+class RnnSpec:
+    """The ``rnn`` block: a recurrent layer in the shared trunk (:mod:`omni_sfp.sfp.recurrent` builds it)."""
+
+    cls: str = "LSTM"
+    hidden_size: int = 64
+    num_layers: int = 1
+    sequence_length: int = 16  # steps per training sequence (skrl's sequence_length, rl_games' seq_length)
+    before_mlp: bool = True
+    concat_input: bool = False
+    layer_norm: bool = False
+
+    @property
+    def states(self) -> int:
+        """Hidden-state tensors: 2 for an LSTM (h, c), 1 for a GRU."""
+        return 2 if self.cls == "LSTM" else 1
+
+
+def parse_rnn(block: Any, where: str = "train.models.network.rnn") -> RnnSpec:
+    """The ``rnn`` block as an :class:`RnnSpec`.
+
+    :raises NetworkSpecError: an unknown key or class, or a size below 1 (one line naming it).
+    """
+    if not isinstance(block, Mapping):
+        raise NetworkSpecError(f"{where}: expected a mapping ({', '.join(_RNN_KEYS)}), got {type(block).__name__}")
+    unknown = sorted(set(block) - set(_RNN_KEYS))
+    if unknown:
+        raise NetworkSpecError(f"{where}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(_RNN_KEYS)}")
+    cls = str(block.get("class", "LSTM")).upper()
+    if cls not in RNN_CLASSES:
+        raise NetworkSpecError(f"{where}.class: {block.get('class')!r} is not one of {', '.join(RNN_CLASSES)}")
+    values = {}
+    for key in ("hidden_size", "num_layers", "sequence_length"):
+        value = block.get(key, getattr(RnnSpec, key))
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise NetworkSpecError(f"{where}.{key}: {value!r} is not a positive integer")
+        values[key] = value
+    flags = {key: bool(block.get(key, getattr(RnnSpec, key))) for key in ("before_mlp", "concat_input", "layer_norm")}
+    return RnnSpec(cls=cls, **values, **flags)
+
+
 @dataclass(frozen=True)
 class NetworkSpec:
     separate: bool
     policy: Role
     value: Role
+    rnn: RnnSpec | None = None  # a recurrent trunk (omni_sfp.sfp.recurrent), None: feed-forward
 
 
 _MIXIN_OPTIONS = {
@@ -109,7 +155,8 @@ def parse(models: Mapping[str, Any], *, source: str = "train.models.network") ->
     if missing:
         raise NetworkSpecError(f"{source}: no {' or '.join(missing)} model (omni_sfp trains PPO: policy and value)")
     roles = {name: _parse_role(models[name], f"{source}.{name}", name) for name in ("policy", "value")}
-    return NetworkSpec(separate=bool(models.get("separate", False)), **roles)
+    rnn = parse_rnn(models["rnn"], f"{source}.rnn") if models.get("rnn") is not None else None
+    return NetworkSpec(separate=bool(models.get("separate", False)), **roles, rnn=rnn)
 
 
 def _parse_role(role: Mapping[str, Any], where: str, name: str) -> Role:
@@ -258,6 +305,10 @@ def summary(spec: NetworkSpec) -> str:
 
     head = f"policy {spec.policy.cls}: {network(spec.policy)}"
     value = "the same network" if spec.value.network == spec.policy.network else network(spec.value)
+    rnn = spec.rnn
+    if rnn is not None:
+        where = "before" if rnn.before_mlp else "after"
+        head = f"{rnn.cls} {rnn.num_layers}x{rnn.hidden_size} (sequences of {rnn.sequence_length}) {where} the {head}"
     return f"{head}; value {spec.value.cls}: {value}"
 
 
@@ -268,20 +319,30 @@ def _skrl_activation(name: Any) -> str | None:
     return None if name in (None, "", "None", "none") else str(name)
 
 
-def from_rlgames(network: Mapping[str, Any], *, central_value: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """rl_games' ``params.network`` block (``mlp``, ``cnn`` with ``convs``, ``space.continuous`` /
+def from_rlgames(
+    network: Mapping[str, Any], *, central_value: Mapping[str, Any] | None = None, seq_length: int | None = None
+) -> dict[str, Any]:
+    """rl_games' ``params.network`` block (``mlp``, ``cnn`` with ``convs``, ``rnn``, ``space.continuous`` /
     ``discrete`` / ``multi_discrete``) as a skrl ``models`` mapping; ``central_value``: the
-    ``central_value_config.network`` of a separate critic on ``STATES``.
+    ``central_value_config.network`` of a separate critic on ``STATES``; ``seq_length``: rl_games'
+    ``config.seq_length`` (its default, 4, when None), a recurrent network's training sequences.
 
     rl_games' A2C builder (``rl_games/algos_torch/network_builder.py``) runs ``cnn`` then flattens into ``mlp``,
     with ``cnn.permute_input`` (default true) turning NHWC images into NCHW first; both heads read the mlp's output.
+    Its ``rnn`` block (``name: lstm | gru``, ``units``, ``layers``, ``before_mlp``, ``concat_input``, ``layer_norm``)
+    becomes our ``rnn`` block (:class:`RnnSpec`).
 
-    :raises NetworkSpecError: a recurrent network (``rnn``), or a part omni_sfp does not build.
+    :raises NetworkSpecError: a recurrent critic on states, or a part omni_sfp does not build.
     """
-    if network.get("rnn"):
+    rnn = network.get("rnn")
+    if central_value is not None and bool(central_value.get("rnn")) != bool(rnn):
         raise NetworkSpecError(
-            "params.network.rnn: a recurrent network is not supported (the single forward pass keys on the input, "
-            "and a recurrent trunk's output depends on a hidden state)"
+            "central_value_config.network.rnn: a recurrent critic on states goes with a recurrent policy, and a "
+            "recurrent policy with a recurrent critic (one rnn block for both)"
+        )
+    if central_value is not None and rnn and _rnn_block(central_value["rnn"]) != _rnn_block(rnn):
+        raise NetworkSpecError(
+            "central_value_config.network.rnn: differs from params.network.rnn; omni_sfp builds both with one block"
         )
     space = network.get("space") or {}
     if "continuous" in space or not space:  # rl_games' A2C default: continuous
@@ -306,10 +367,24 @@ def from_rlgames(network: Mapping[str, Any], *, central_value: Mapping[str, Any]
     value: dict[str, Any] = {"class": "DeterministicMixin", "network": containers, "output": "ONE"}
     if central_value is not None:
         value["network"] = _rlgames_containers(central_value, "STATES", "central_value_config.network")
+    models = {"separate": bool(network.get("separate", False)), "policy": policy, "value": value}
+    if rnn:
+        models["rnn"] = {**_rnn_block(rnn), "sequence_length": int(seq_length or 4)}
+    return models
+
+
+def _rnn_block(rnn: Mapping[str, Any]) -> dict[str, Any]:
+    """rl_games' ``rnn`` block as our ``rnn`` block, without the sequence length (rl_games' ``config.seq_length``)."""
+    name = str(rnn.get("name", "lstm")).upper()
+    if name not in RNN_CLASSES:
+        raise NetworkSpecError(f"params.network.rnn.name: {rnn.get('name')!r} is not one of lstm, gru")
     return {
-        "separate": bool(network.get("separate", False)),
-        "policy": policy,
-        "value": value,
+        "class": name,
+        "hidden_size": int(rnn.get("units", 64)),
+        "num_layers": int(rnn.get("layers", 1)),
+        "before_mlp": bool(rnn.get("before_mlp", False)),
+        "concat_input": bool(rnn.get("concat_input", False)),
+        "layer_norm": bool(rnn.get("layer_norm", False)),
     }
 
 

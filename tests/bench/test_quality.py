@@ -72,10 +72,24 @@ def test_solved():
     assert not solved(LQR_SOLVED_RATIO * optimal - 0.01, optimal, "LQR60x8")
     assert solved(None, None, "Cartpole") is False and solved(1.0, None, "gym:Pendulum-v1") is None
     assert solved(2410.0, None, "gym:Hopper-v5") and not solved(2409.9, None, "gym:Hopper-v5")
+    assert solved(450.0, None, "CartpolePositions") and not solved(449.9, None, "CartpolePositions")
+
+
+def test_the_feed_forward_row_is_the_recurrent_network_without_its_memory():
+    from omni_sfp.bench.quality import feed_forward_overrides
+
+    assert feed_forward_overrides("CartpolePositions") == [
+        "train.models.network=null",
+        "train.models.units=[64,64]",
+        "train.models.activation=elu",
+    ]
+    with pytest.raises(ValueError, match="task 'Cartpole' trains no recurrent network"):
+        feed_forward_overrides("Cartpole")
 
 
 def test_select_configs():
-    assert select_configs(None) == CONFIGS
+    assert select_configs(None) == tuple(c for c in CONFIGS if c.key != "mlp-fp32")  # asked for by name only
+    assert [c.key for c in select_configs("mlp-fp32")] == ["mlp-fp32"]
     assert [c.key for c in select_configs("skrl, sfp-fp32")] == ["sfp-fp32", "skrl"]
     with pytest.raises(ValueError, match="unknown quality configuration 'nope'"):
         select_configs("sfp-fp32,nope")
@@ -85,6 +99,8 @@ def test_select_configs():
     "args, expected",
     [
         (["quality", "--configs", "nope"], "unknown quality configuration 'nope'"),
+        (["quality", "--tasks", "CartpolePositions"], "quality rows rl_games, skrl train an MLP"),
+        (["quality", "--tasks", "Cartpole", "--configs", "mlp-fp32"], "task 'Cartpole' trains no recurrent network"),
         (["table", "--configs", "skrl"], "unrecognized arguments: --configs skrl"),
         (["table", "--jobs", "2"], "unrecognized arguments: --jobs 2"),
         (["quality", "--set", "train.ppo.learning_rate=-1"], "learning_rate"),

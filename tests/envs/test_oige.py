@@ -21,7 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_task_names_are_those_with_a_ppo_config(oige_double):
     # FactoryBase.yaml is a base config, not a task: it has no FactoryBasePPO.yaml
-    assert oige.task_names() == ["Ant", "Cartpole", "CartpoleCamera", "FactoryTaskNutBoltPick", "ShadowHandOpenAI_FF"]
+    assert oige.task_names() == [
+        "Ant",
+        "Cartpole",
+        "CartpoleCamera",
+        "FactoryTaskNutBoltPick",
+        "ShadowHandOpenAI_FF",
+        "ShadowHandOpenAI_LSTM",
+    ]
 
 
 def test_oige_tasks_register_through_the_entry_point_and_keep_their_names(oige_double):
@@ -32,11 +39,19 @@ def test_oige_tasks_register_through_the_entry_point_and_keep_their_names(oige_d
         "FactoryTaskNutBoltPick",
         "OIGE-Cartpole",
         "ShadowHandOpenAI_FF",
+        "ShadowHandOpenAI_LSTM",
     ]
     spec = registry.get_task("Ant")
     assert spec.kind == "oige" and spec.entry_point == "omni_sfp.envs.oige:make_oige_env"
     again = oige.register_oige_tasks()  # idempotent
-    assert again == ["Ant", "OIGE-Cartpole", "CartpoleCamera", "FactoryTaskNutBoltPick", "ShadowHandOpenAI_FF"]
+    assert again == [
+        "Ant",
+        "OIGE-Cartpole",
+        "CartpoleCamera",
+        "FactoryTaskNutBoltPick",
+        "ShadowHandOpenAI_FF",
+        "ShadowHandOpenAI_LSTM",
+    ]
     assert registry.get_task("Cartpole").kind == "embedded"
 
 
@@ -417,3 +432,46 @@ def test_a_bad_upstream_config_is_one_config_error_line(oige_double, monkeypatch
     monkeypatch.setattr(oige, "compose", broken)
     with pytest.raises(ConfigError, match=r"^OmniIsaacGymEnvs' task/Ant.yaml: something is wrong$"):
         load_config(["task=Ant"])
+
+
+def shadow_hand_lstm_runner(tmp_path):
+    from omni_sfp.run.runner import Runner
+
+    cfg = load_config(
+        [
+            "task=ShadowHandOpenAI_LSTM",
+            "num_envs=8",
+            "+task.env.episodeLength=6",  # episodes end inside the training sequences
+            "max_iterations=2",
+            f"runs_dir={tmp_path}",
+        ]
+    )
+    return cfg, Runner(cfg, disable_progressbar=True)
+
+
+def test_shadow_hand_openai_lstm_builds_its_registered_lstm_networks(oige_double, tmp_path):
+    """OmniIsaacGymEnvs' ShadowHandOpenAI_LSTM: its task config inherits ShadowHandOpenAI_FF's; its rl_games
+    network is an LSTM (1024 units, before the MLP, layer norm) for the policy on observations and another for the
+    central value on states. Before, ``params.network.rnn`` was refused."""
+    cfg, runner = shadow_hand_lstm_runner(tmp_path)
+    network = cfg.task.upstream["train.models.network"]
+    assert "LSTM 1x1024 (sequences of 4) before the policy GaussianMixin: net(OBSERVATIONS) [512]" in network
+    assert "value DeterministicMixin: net(STATES) [512]" in network
+    policy, value = runner.models["policy"], runner.models["value"]
+    assert policy.get_specification()["rnn"] == {"sequence_length": 4, "sizes": [(1, 8, 1024)] * 2}
+    assert value.value_trunk.key == "states" and runner.env.state_space.shape == (187,)
+    assert isinstance(policy.policy_trunk.norm, torch.nn.LayerNorm)  # rl_games' layer_norm
+    assert runner.agent._rnn_roles == {"policy": slice(0, 2), "value": slice(2, 4)}
+
+
+@pytest.mark.slow
+def test_shadow_hand_openai_lstm_trains_with_its_registered_lstm_networks(oige_double, tmp_path, monkeypatch):
+    """Two iterations of the two 1024-unit LSTMs (about 30 s on 2 loaded cores). The final evaluation is left out:
+    the double's episodes are not bounded for it, so it would play 1000 steps."""
+    from omni_sfp.run.outputs import evaluation
+
+    monkeypatch.setattr(evaluation.FinalEvaluation, "end", lambda self, run, summary: None)
+    _, runner = shadow_hand_lstm_runner(tmp_path)
+    summary = runner.train()
+    assert summary.iterations == 2 and summary.sfp_hit_rate is None  # two networks on two inputs: nothing shared
+    assert runner.agent.memory.get_tensor_by_name("rnn_2").abs().sum() > 0  # the critic's states were stored

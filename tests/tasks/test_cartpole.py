@@ -142,3 +142,18 @@ def test_episodes_truncate_at_max_episode_length():
     assert truncated.all() and not terminated.any()
     assert (task.episode_length == 0).all()
     assert not torch.equal(obs, first)  # freshly sampled, not the old initial states
+
+
+def test_cartpole_positions_observes_the_cart_position_and_pole_angle_only_and_moves_as_cartpole():
+    from omni_sfp.tasks.cartpole import CartpolePositions
+
+    full, partial = Cartpole(4, seed=3), CartpolePositions(4, seed=3)
+    assert partial.observation_space.shape == (2,)
+    observations, _ = partial.reset()
+    full.reset()
+    assert torch.equal(observations, full.state[:, [0, 2]])
+    actions = torch.full((4, 1), 0.5)
+    for _ in range(20):
+        partial_step, full_step = partial.step(actions), full.step(actions)
+        assert torch.equal(partial_step[0], full_step[0][:, [0, 2]])  # the same dynamics, velocities hidden
+        assert torch.equal(partial_step[1], full_step[1])

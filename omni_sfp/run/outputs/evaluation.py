@@ -29,12 +29,20 @@ def reset_every_env(env):
     return env.reset()
 
 
-def evaluate(env, act: Callable[[torch.Tensor], torch.Tensor], *, episodes: int, max_length: int) -> float | None:
+def evaluate(
+    env,
+    act: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    episodes: int,
+    max_length: int,
+    on_done: Callable[[torch.Tensor], None] | None = None,
+) -> float | None:
     """Mean return of the first ``episodes`` episodes of every env of ``env`` (a skrl wrapper), stepping
     ``act(observations)``'s actions from a reset; None when no episode finished.
 
     :param max_length: The env's time limit: after ``episodes * max_length`` steps every env has finished
         ``episodes`` episodes. The loop runs that long without reading anything back (no host sync per step).
+    :param on_done: told each step where an episode ended (a recurrent policy zeroes those hidden states).
     """
     observations, _ = reset_every_env(env)
     running = None
@@ -49,6 +57,8 @@ def evaluate(env, act: Callable[[torch.Tensor], torch.Tensor], *, episodes: int,
                 counted = torch.zeros(rewards.shape, dtype=torch.long, device=rewards.device)
             running = running + rewards
             done = (terminated | truncated).reshape(-1)
+            if on_done is not None:
+                on_done(done)
             take = done & (counted < episodes)
             total = total + torch.where(take, running, 0.0).sum()
             counted = counted + take.long()
@@ -68,8 +78,9 @@ def evaluate_agent(agent, env, episodes: int) -> float | None:
     def act(observations: torch.Tensor) -> torch.Tensor:
         return agent.act(observations, env.state(), timestep=0, timesteps=0)[1]["mean_actions"]
 
-    with agent.statistics_kept():  # the cache statistics stay the training's
-        return evaluate(env, act, episodes=episodes, max_length=int(max_length))
+    # the cache statistics and a recurrent model's rollout hidden states stay the training's
+    with agent.statistics_kept(), agent.hidden_states_kept():
+        return evaluate(env, act, episodes=episodes, max_length=int(max_length), on_done=agent.end_episodes)
 
 
 class FinalEvaluation(RunOutput):

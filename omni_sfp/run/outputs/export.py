@@ -10,6 +10,10 @@ The ONNX file comes from torch's TorchScript-based exporter (``dynamo=False``): 
 a small MLP in well under a second with the ``onnx`` package; torch 2.13's default (dynamo) exporter also needs
 ``onnxscript`` and takes ~20 s for the same graph. ``pip install omni-sfp[export]`` installs ``onnx`` (to write)
 and ``onnxruntime`` (to run the file, as the tests do).
+A recurrent policy (:mod:`omni_sfp.sfp.recurrent`) is exported with its hidden state as an explicit input and
+output: ``(observations, h_in[, c_in]) -> (actions, h_out[, c_out])``, the states ``(num_layers, batch, hidden)``;
+the deployer feeds each step's ``*_out`` to the next step and zeroes a row where its episode starts.
+
 Both files are written atomically (temporary file, then rename): a reader never sees half a file.
 """
 
@@ -31,6 +35,7 @@ from omni_sfp.run.outputs.base import OutputError, RunOutput
 
 EXPORT_FOLDER = "exported"
 INPUT_NAME, OUTPUT_NAME = "observations", "actions"
+HIDDEN_NAMES = ("h", "c")  # a recurrent policy's hidden states: h_in/h_out (and an LSTM's c_in/c_out)
 ONNX_OPSET = 17
 
 
@@ -77,17 +82,29 @@ class DeployedPolicy(nn.Module):
         self.register_buffer("action_high", high.float().clone())
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        x = observations
+        return self._bounded(self.network(self._normalised(observations)))
+
+    def _normalised(self, x: torch.Tensor) -> torch.Tensor:
         if self.normalize:
             x = torch.clamp(
                 (x - self.obs_mean) / (self.obs_std + self.epsilon), min=-self.clip_threshold, max=self.clip_threshold
             )
-        actions = self.network(x)
+        return x
+
+    def _bounded(self, actions: torch.Tensor) -> torch.Tensor:
         if self.clip_low:
             actions = torch.maximum(actions, self.action_low)
         if self.clip_high:
             actions = torch.minimum(actions, self.action_high)
         return actions
+
+
+class DeployedRecurrentPolicy(DeployedPolicy):
+    """:class:`DeployedPolicy` of a recurrent policy: ``(observations, *hidden) -> (actions, *hidden_after)``."""
+
+    def forward(self, observations: torch.Tensor, *hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        actions, *after = self.network(self._normalised(observations), *hidden)
+        return (self._bounded(actions), *after)
 
 
 def check_config(cfg) -> None:
@@ -133,7 +150,12 @@ def policy_network(policy: nn.Module) -> nn.Module:
         return module
 
     from omni_sfp.sfp.network import NetworkSpecError, deterministic_policy
+    from omni_sfp.sfp.recurrent import RecurrentDeterministicPolicy, is_recurrent
 
+    if is_recurrent(policy):
+        if not hasattr(policy, "rnn_spec"):
+            raise ExportError(f"cannot export a {type(policy).__name__}: export knows omni_sfp.sfp.recurrent's models")
+        return RecurrentDeterministicPolicy(policy)
     try:
         spec_built = deterministic_policy(policy)  # a network built from a spec (CNN, discrete actions, ...)
     except NetworkSpecError as error:
@@ -187,7 +209,10 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
     else:
         low = torch.as_tensor(np.asarray(action_space.low, dtype=np.float32)).flatten()
         high = torch.as_tensor(np.asarray(action_space.high, dtype=np.float32)).flatten()
-    return DeployedPolicy(network, mean, variance, epsilon, clip_threshold, low, high).eval()
+    from omni_sfp.sfp.recurrent import RecurrentDeterministicPolicy
+
+    deployed = DeployedRecurrentPolicy if isinstance(network, RecurrentDeterministicPolicy) else DeployedPolicy
+    return deployed(network, mean, variance, epsilon, clip_threshold, low, high).eval()
 
 
 def export_policy(
@@ -212,34 +237,45 @@ def export_policy(
             "pip install 'omni-sfp[export]'"
         )
     from omni_sfp.sfp.network import DeterministicPolicy
+    from omni_sfp.sfp.recurrent import RecurrentDeterministicPolicy
 
     module = deployed_policy(policy, observation_preprocessor, action_space)
     size = int(observation_size if observation_size is not None else policy.num_observations)
+    example: tuple[torch.Tensor, ...] = (torch.zeros(2, size),)
+    inputs, outputs = [INPUT_NAME], [OUTPUT_NAME]
+    axes = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}}
+    if isinstance(module.network, RecurrentDeterministicPolicy):  # the hidden state in and out, explicitly
+        layers, hidden = module.network.state_size
+        names = HIDDEN_NAMES[: module.network.states]
+        example += tuple(torch.zeros(layers, 2, hidden) for _ in names)
+        inputs += [f"{name}_in" for name in names]
+        outputs += [f"{name}_out" for name in names]
+        axes.update({name: {1: "batch"} for name in inputs[1:] + outputs[1:]})
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter(
             "ignore", DeprecationWarning
         )  # torch 2.13 deprecates TorchScript; deployers still load it
-        if isinstance(module.network, DeterministicPolicy):  # its parsed expressions run in Python: trace it
-            scripted = torch.jit.trace(module, torch.zeros(2, size), check_trace=False)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # nn.LSTM's shape checks, traced as constants
+        if isinstance(module.network, DeterministicPolicy | RecurrentDeterministicPolicy):  # Python expressions: trace
+            scripted = torch.jit.trace(module, example, check_trace=False)
         else:
             scripted = torch.jit.script(module)
     torchscript = _atomic(folder / "policy.pt", lambda tmp: scripted.save(str(tmp)))
-    example = torch.zeros(2, size)
 
     def write_onnx(tmp: Path) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript-based exporter's deprecation notice
             torch.onnx.export(
                 module,
-                (example,),
+                example,
                 str(tmp),
                 dynamo=False,
                 opset_version=ONNX_OPSET,
-                input_names=[INPUT_NAME],
-                output_names=[OUTPUT_NAME],
-                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes=axes,
             )
 
     onnx = _atomic(folder / "policy.onnx", write_onnx)
