@@ -26,7 +26,7 @@ from omni_sfp.compute.compile_policy import AutoCapture, AutoCompile, compile_tr
 from omni_sfp.compute.cpu_choices import apply_config
 from omni_sfp.compute.device import resolve_device
 from omni_sfp.config.schema import AUTO
-from omni_sfp.config.values import max_iterations, num_envs
+from omni_sfp.config.values import isaaclab_overrides, max_iterations, num_envs
 from omni_sfp.envs.registry import make_env
 from omni_sfp.ppo.agent import SFPPPO
 from omni_sfp.ppo.loop import Learner, Progress, StopRequested
@@ -240,6 +240,8 @@ class Runner:
         task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
         for output in self.outputs:
             task_cfg.update(output.env_options())
+        if isaaclab_overrides(cfg):  # presets=, physics=, renderer=: validated for Isaac Lab tasks only
+            task_cfg["overrides"] = isaaclab_overrides(cfg)
         self.env = make_env(
             cfg.task.name,
             num_envs=num_envs(cfg),
