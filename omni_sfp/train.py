@@ -256,7 +256,7 @@ def _multirun(overrides: list[str]) -> int:
     try:
         for number, job in enumerate(jobs, start=1):
             print(f"[omni_sfp] multirun job {number}/{len(jobs)}: {' '.join(job.overrides)}", flush=True)
-            outcomes.append(_job(job.overrides))
+            outcomes.append(_job(job.overrides, close_env=number < len(jobs)))
             if outcomes[-1].code in stopped:  # the signal's sender wants the sweep gone, not its next job
                 break
     finally:  # also when a job raised (a bug, CUDA out of memory): what ran before it is summed up
@@ -269,21 +269,23 @@ def _multirun(overrides: list[str]) -> int:
     return next((code for code in codes if code != EXIT_OK), EXIT_OK)
 
 
-def _job(argv: list[str]):
-    """One run (a single run, or one job of a sweep): how it ended, as an :class:`~omni_sfp.run.sweep.Outcome`."""
+def _job(argv: list[str], *, close_env: bool = False):
+    """One run (a single run, or one job of a sweep): how it ended, as an :class:`~omni_sfp.run.sweep.Outcome`.
+
+    ``close_env``: close the job's env when it ends, for the next job of a sweep (Isaac Lab allows one simulation
+    in a process; a single run's env closes at exit, after the last line is printed)."""
     from omni_sfp.run.sweep import Outcome
 
     try:
-        return _run(argv)
+        return _run(argv, close_env=close_env)
     except KeyboardInterrupt:  # Ctrl-C before training started (or a second one while stopping)
         _error("interrupted")
         return Outcome(128 + signal.SIGINT)
 
 
-def _run(argv: list[str]):
+def _run(argv: list[str], *, close_env: bool = False):
     """Compose, validate, build and train (or play, with test=true); returns the exit code with the run's
     :class:`~omni_sfp.run.progress.Summary`, as an :class:`~omni_sfp.run.sweep.Outcome`."""
-    from omni_sfp.run.checkpoint import CheckpointError
     from omni_sfp.run.compose import load_config
     from omni_sfp.run.sweep import Outcome, refuse_sweeps
 
@@ -291,15 +293,25 @@ def _run(argv: list[str]):
         refuse_sweeps(argv)
         cfg = load_config(argv)
         draw_seed(cfg)
-        from omni_sfp.compute.device import precision_note
         from omni_sfp.run.runner import Runner
 
         runner = Runner(cfg)
     except _bad_input() as error:
         _error(error)
         return Outcome(EXIT_USAGE)
+    try:
+        return _use(runner, cfg)
+    finally:
+        if close_env:
+            runner.env.close()
 
+
+def _use(runner, cfg):
+    """Train (or, with test=true, play) with a built runner; the :class:`~omni_sfp.run.sweep.Outcome`."""
+    from omni_sfp.compute.device import precision_note
+    from omni_sfp.run.checkpoint import CheckpointError
     from omni_sfp.run.outputs.base import OutputError
+    from omni_sfp.run.sweep import Outcome
 
     if cfg.test:
         try:

@@ -6,10 +6,12 @@ preset of the contrib showcase (Box, Discrete, MultiDiscrete, Dict and Tuple obs
 
 from __future__ import annotations
 
+import re
+
 import gymnasium
 import pytest
 from omegaconf import OmegaConf
-from test_isaaclab import run_train, train_briefly
+from test_isaaclab import run_train
 
 from omni_sfp.envs import isaaclab, listing, registry
 from omni_sfp.run.compose import ConfigError, load_config
@@ -99,11 +101,27 @@ def test_help_and_list_tasks_name_a_tasks_presets():
     )  # physics= names only: no presets= to list
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_every_showcase_preset_trains_through_the_cli(preset, tmp_path):
+def test_every_showcase_preset_trains_through_one_cli_sweep(tmp_path):
     """Each preset's own observation and action spaces through its own registered network, the value call served by
-    the cache (every showcase network shares its trunk: ``separate: False``, the same containers)."""
-    out = train_briefly(SHOWCASE, tmp_path, f"presets={preset}", num_envs=4, iterations=1)
-    assert f"(presets={preset})" in out  # the upstream settings came from the family member
-    (config_file,) = (tmp_path / "runs").glob("*/*/config.yaml")
-    assert OmegaConf.load(config_file).presets == preset
+    the cache (every showcase network shares its trunk: ``separate: False``, the same containers). One process for
+    the 15 jobs (``-m``): each job's env is closed before the next is built (Isaac Lab allows one simulation in a
+    process; before, the second job failed with "Simulation context already exists")."""
+    result = run_train(
+        "-m",
+        f"presets=choice({','.join(PRESETS)})",
+        f"task={SHOWCASE}",
+        "device=cpu",
+        "num_envs=4",
+        "max_iterations=1",
+        "train.ppo.rollouts=8",
+        f"runs_dir={tmp_path / 'runs'}",
+        cwd=tmp_path,
+        timeout=1800,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.count("SFP cache hits: 100.0%") == len(PRESETS)
+    for number, preset in enumerate(PRESETS, start=1):
+        assert f"(presets={preset}): agent.learning_epochs" in result.stdout  # the family member's settings
+        assert re.search(rf"^{number}\s+presets={preset}\s+\S+\s+[\d.]+\s+100\.0%\s+0\s", result.stdout, re.M), preset
+    saved = [OmegaConf.load(path).presets for path in (tmp_path / "runs").glob("*/*/config.yaml")]
+    assert sorted(saved) == sorted(PRESETS)
