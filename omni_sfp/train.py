@@ -63,13 +63,16 @@ def draw_seed(cfg) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help") for arg in argv):
-        _print_help()
+        _print_help(argv)
         return EXIT_OK
     try:
         flags, overrides = _parse_flags(argv)
     except _UsageError as error:
         _error(error)
         return EXIT_USAGE
+    from omni_sfp.config.values import quote_preset_lists
+
+    overrides = quote_preset_lists(overrides)  # presets=a,b: Isaac Lab's list, not a sweep
     if flags.cfg is not None:
         return _show_config(overrides, flags.cfg, resolve=flags.resolve)
     if flags.multirun and int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -130,8 +133,10 @@ def _parse_flags(argv: list[str]) -> tuple[_Flags, list[str]]:
     return flags, overrides
 
 
-def _print_help() -> None:
-    """The usage (this module's docstring) and Hydra's help sections: config groups, tasks, flags. No torch."""
+def _print_help(argv: list[str] | None = None) -> None:
+    """The usage (this module's docstring) and Hydra's help sections: config groups, tasks, flags, Isaac Lab's
+    selector tokens (with ``task=<Isaac Lab id>``: that task's names, as Isaac Lab's ``--task X --help``). No torch
+    unless an Isaac Lab task is named."""
     from omni_sfp.envs.registry import list_tasks
     from omni_sfp.run.sweep import GROUPS, group_options
 
@@ -150,8 +155,34 @@ def _print_help() -> None:
         "                       glob(*) for a group), one after another, then a summary table\n"
         "-h, --help             this help"
     )
+    print(
+        "\n== Isaac Lab presets ==\nIsaac Lab tasks take Isaac Lab's own selector tokens, applied as its "
+        "parse_env_cfg(overrides=...) applies them\n"
+        "presets=NAME[,NAME]    the task's named config alternatives; where the task registers a skrl config "
+        "family,\n                       also its network and agent settings\n"
+        "physics=NAME           the physics backend preset (the default outside Kit: Newton)\n"
+        "renderer=NAME          the camera renderer preset"
+    )
+    task = next((arg.partition("=")[2] for arg in reversed(argv or []) if arg.startswith("task=")), None)
+    print(_task_presets(task) if task else "Add task=<Isaac Lab id> to --help for that task's names.")
     print("\nEvery key, its default, range and meaning: omni_sfp/config/schema.py (the README's Configuration table).")
     print("Every task, its sizes and config source: python -m omni_sfp.list_tasks")
+
+
+def _task_presets(task: str) -> str:
+    """One line per selector with the names task ``task`` declares (env config and skrl config family)."""
+    from omni_sfp.envs import isaaclab
+
+    if not isaaclab.is_isaaclab_id(task):
+        return f"task {task}: not an Isaac Lab task; the selector tokens do not apply"
+    if not isaaclab.kitless():
+        return f"task {task}: its names are read from Isaac Lab 3 (import isaaclab_tasks), which is not installed here"
+    try:
+        isaaclab.check_id(task)
+        names = isaaclab.preset_names(task, "skrl_cfg_entry_point")
+    except (ValueError, RuntimeError) as error:
+        return f"task {task}: {error}"
+    return "\n".join(f"task {task}: {key}= {', '.join(found) or '(none)'}" for key, found in names.items())
 
 
 def _bad_input() -> tuple[type[Exception], ...]:
@@ -225,7 +256,7 @@ def _multirun(overrides: list[str]) -> int:
     try:
         for number, job in enumerate(jobs, start=1):
             print(f"[omni_sfp] multirun job {number}/{len(jobs)}: {' '.join(job.overrides)}", flush=True)
-            outcomes.append(_job(job.overrides))
+            outcomes.append(_job(job.overrides, close_env=number < len(jobs)))
             if outcomes[-1].code in stopped:  # the signal's sender wants the sweep gone, not its next job
                 break
     finally:  # also when a job raised (a bug, CUDA out of memory): what ran before it is summed up
@@ -238,21 +269,23 @@ def _multirun(overrides: list[str]) -> int:
     return next((code for code in codes if code != EXIT_OK), EXIT_OK)
 
 
-def _job(argv: list[str]):
-    """One run (a single run, or one job of a sweep): how it ended, as an :class:`~omni_sfp.run.sweep.Outcome`."""
+def _job(argv: list[str], *, close_env: bool = False):
+    """One run (a single run, or one job of a sweep): how it ended, as an :class:`~omni_sfp.run.sweep.Outcome`.
+
+    ``close_env``: close the job's env when it ends, for the next job of a sweep (Isaac Lab allows one simulation
+    in a process; a single run's env closes at exit, after the last line is printed)."""
     from omni_sfp.run.sweep import Outcome
 
     try:
-        return _run(argv)
+        return _run(argv, close_env=close_env)
     except KeyboardInterrupt:  # Ctrl-C before training started (or a second one while stopping)
         _error("interrupted")
         return Outcome(128 + signal.SIGINT)
 
 
-def _run(argv: list[str]):
+def _run(argv: list[str], *, close_env: bool = False):
     """Compose, validate, build and train (or play, with test=true); returns the exit code with the run's
     :class:`~omni_sfp.run.progress.Summary`, as an :class:`~omni_sfp.run.sweep.Outcome`."""
-    from omni_sfp.run.checkpoint import CheckpointError
     from omni_sfp.run.compose import load_config
     from omni_sfp.run.sweep import Outcome, refuse_sweeps
 
@@ -260,15 +293,25 @@ def _run(argv: list[str]):
         refuse_sweeps(argv)
         cfg = load_config(argv)
         draw_seed(cfg)
-        from omni_sfp.compute.device import precision_note
         from omni_sfp.run.runner import Runner
 
         runner = Runner(cfg)
     except _bad_input() as error:
         _error(error)
         return Outcome(EXIT_USAGE)
+    try:
+        return _use(runner, cfg)
+    finally:
+        if close_env:
+            runner.env.close()
 
+
+def _use(runner, cfg):
+    """Train (or, with test=true, play) with a built runner; the :class:`~omni_sfp.run.sweep.Outcome`."""
+    from omni_sfp.compute.device import precision_note
+    from omni_sfp.run.checkpoint import CheckpointError
     from omni_sfp.run.outputs.base import OutputError
+    from omni_sfp.run.sweep import Outcome
 
     if cfg.test:
         try:

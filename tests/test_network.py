@@ -280,9 +280,10 @@ def test_flat_box_in_and_out_keeps_the_tuned_mlp_models():
 @pytest.mark.parametrize(
     ("observation_space", "action_space", "named"),
     [
-        (spaces.Dict({"a": spaces.Box(-1, 1, (2,))}), BOX1, "Dict"),
+        (spaces.Dict({"a": spaces.Dict({"b": spaces.Box(-1, 1, (2,))})}), BOX1, "observation entry 'a' is Dict"),
+        (spaces.Tuple((spaces.Box(-1, 1, (2, 2)),)), BOX1, r"observation entry 0 is Box\(-1.0, 1.0, \(2, 2\)"),
+        (spaces.Box(-1, 1, (2, 3)), BOX1, r"observation space Box\(-1.0, 1.0, \(2, 3\)"),
         (spaces.Box(-1, 1, (2,)), spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))), "Tuple"),
-        (spaces.Discrete(5), BOX1, "Discrete"),
     ],
 )
 def test_spaces_without_a_default_network_are_refused_in_one_line(observation_space, action_space, named):
@@ -291,6 +292,19 @@ def test_spaces_without_a_default_network_are_refused_in_one_line(observation_sp
             observation_space, action_space, units=[8], activation="elu", separate=False, initial_log_std=0, task="t"
         )
     assert "\n" not in str(error.value)
+
+
+def test_a_critic_reads_an_entry_of_a_dict_state():
+    """``STATES["key"]``: the value's own trunk on one entry of a Dict state, the policy's on the observations."""
+    state = spaces.Dict({"privileged": spaces.Box(-1, 1, (3,)), "contacts": spaces.Box(0, 1, (2,))})
+    policy = [{"name": "net", "input": "OBSERVATIONS", "layers": [8], "activations": "elu"}]
+    value = [{"name": "critic", "input": 'STATES["privileged"]', "layers": [6], "activations": "elu"}]
+    spec = network.parse({"policy": {"network": policy}, "value": {"network": value}})
+    model = network.build_models(spec, BOX1, BOX1, CPU, state_space=state)["policy"]
+    assert model.value_trunk.net.blocks["critic"][0].in_features == 3
+    states = torch.tensor([[1.0, 0.0, 0.5, -0.5, 0.25], [0.0, 1.0, 0.5, -0.5, 0.25]])  # sorted keys: contacts first
+    values, _ = model.compute({"observations": torch.zeros(2, 1), "states": states}, role="value")
+    assert torch.equal(values[0], values[1])  # only the privileged entry is read, and it is the same in both rows
 
 
 def test_input_expressions_of_isaac_lab_configs():

@@ -119,6 +119,8 @@ def test_help_lists_the_config_groups_tasks_and_flags_without_importing_torch():
         "Cartpole, CartpolePositions, ConstantCost, LQR60x8" in out and "gym:<Id>" in out and "gym:<module>:<Id>" in out
     )
     assert "--cfg job [--resolve]" in out and "-m, --multirun" in out and "-h, --help" in out
+    assert "== Isaac Lab presets ==" in out and "presets=NAME[,NAME]" in out and "physics=NAME" in out
+    assert "renderer=NAME" in out and "Add task=<Isaac Lab id> to --help for that task's names." in out
     assert out.strip().splitlines()[-2].startswith("Every task")  # the last line of --help
     assert "IMPORTED []" in out  # neither torch nor skrl (nor even Hydra): --help stays instant
 
@@ -152,6 +154,8 @@ def test_cfg_job_prints_the_composed_config_and_builds_nothing(tmp_path, monkeyp
         (["seed=range(0,3)"], "needs -m (--multirun)"),
         (["-m", "seed=[0"], "seed=[0:"),
         (["-m", "seed=interval(0,1)"], "interval(...)"),
+        (["presets=dict_box,rgb"], "presets=dict_box,rgb: Isaac Lab's selector tokens"),  # a list, no sweep
+        (["physics=newton_mjwarp"], "task 'Cartpole' is not an Isaac Lab task (embedded)"),
     ],
 )
 def test_misused_flags_and_sweeps_are_one_line_with_exit_code_2(args, expected, capsys):

@@ -102,6 +102,12 @@ def test_every_shipped_key_refuses_a_value_of_the_wrong_type_by_name(task):
         (["task.env.max_episode_length=0"], "task.env (Cartpole): max_episode_length must be at least 1, got 0"),
         (["task=LQR60x8", "task.env.action_cost=0"], "task.env (LQR60x8): action_cost must be positive"),
         (["task=ConstantCost", "task.env.substeps=0"], "task.env (ConstantCost): substeps must be at least 1, got 0"),
+        (["presets=dict_box"], "presets=dict_box: Isaac Lab's selector tokens (presets=, physics=, renderer=)"),
+        (["physics=physx", "task=gym:CartPole-v1"], "task 'gym:CartPole-v1' is not an Isaac Lab task (gymnasium)"),
+        (["renderer=rtx", "task=LQR60x8"], "task 'LQR60x8' is not an Isaac Lab task (embedded)"),
+        (["presets=a,b"], "presets=a,b: Isaac Lab's"),  # one value (Isaac Lab's list), not a sweep of two
+        (["presets=a b"], "presets='a b': must be NAME[,NAME...]"),
+        (["physics='a,b'"], "must be one preset name"),
     ],
 )
 def test_values_out_of_range_are_refused_naming_key_value_and_what_is_allowed(overrides, expected):

@@ -57,6 +57,9 @@ DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 DEVICE_GRAMMAR = "auto, cpu, cuda or cuda:N"
 SEED_MAX = 2**31 - 1  # numpy's legacy seeding takes 32 bits; skrl adds the rank
 RANDOM_SEED = -1  # seed=-1: draw a seed at start (OmniIsaacGymEnvs and Isaac Lab)
+PRESET_NAME = r"[A-Za-z0-9_.\-]+"  # an Isaac Lab preset name (its PresetCfg field names)
+PRESET_NAMES = rf"{PRESET_NAME}(,{PRESET_NAME})*"
+PRESET_TOKENS = ("presets", "physics", "renderer")  # Isaac Lab 3's selector tokens, top-level keys here
 
 
 def parse_device(text: str) -> tuple[str, int | None]:
@@ -217,6 +220,38 @@ TOP: tuple[Setting, ...] = (
         "in the run folder's config.yaml)",
         minimum=RANDOM_SEED,
         maximum=SEED_MAX,
+    ),
+    # Isaac Lab 3's selector tokens (isaaclab_tasks/utils/preset_cli.py), applied as its parse_env_cfg(overrides=)
+    _s(
+        "presets",
+        "str",
+        None,
+        "Isaac Lab tasks: presets=NAME[,NAME] picks the task's named config alternatives, as Isaac Lab's own "
+        "token (its env config and, where the task registers a family, its skrl network and agent settings); "
+        "python -m omni_sfp.list_tasks lists each task's names; null: the task's defaults",
+        pattern=PRESET_NAMES,
+        grammar="NAME[,NAME...] (letters, digits, _ - .)",
+        nullable=True,
+    ),
+    _s(
+        "physics",
+        "str",
+        None,
+        "Isaac Lab tasks: physics=NAME picks the physics backend preset (newton_mjwarp, physx, ...), as Isaac Lab's "
+        "own token; null: the task's default (Newton outside Kit)",
+        pattern=PRESET_NAME,
+        grammar="one preset name (letters, digits, _ - .)",
+        nullable=True,
+    ),
+    _s(
+        "renderer",
+        "str",
+        None,
+        "Isaac Lab tasks: renderer=NAME picks the camera renderer preset (newton_renderer, rtx, ...), as Isaac "
+        "Lab's own token; null: the task's default",
+        pattern=PRESET_NAME,
+        grammar="one preset name (letters, digits, _ - .)",
+        nullable=True,
     ),
     _s("torch_deterministic", "bool", False, "torch.use_deterministic_algorithms(True): reproducible, slower on CUDA"),
     _s(

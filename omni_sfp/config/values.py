@@ -38,3 +38,23 @@ def checkpoint_file(path: str | Path, which: str = "last") -> Path:
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path}: no such file or run folder")
     return path
+
+
+def isaaclab_overrides(cfg: Any) -> list[str]:
+    """Isaac Lab's selector tokens as its ``parse_env_cfg(overrides=...)`` takes them (``["presets=dict_box"]``),
+    from the top-level ``presets``, ``physics`` and ``renderer``; empty when none is set."""
+    from omni_sfp.config.schema import PRESET_TOKENS
+
+    return [f"{key}={getattr(cfg, key)}" for key in PRESET_TOKENS if getattr(cfg, key, None) is not None]
+
+
+def quote_preset_lists(overrides: list[str]) -> list[str]:
+    """``presets=a,b`` is one value (Isaac Lab's comma list), not Hydra's sweep of two: quoted for Hydra. A sweep
+    function (``-m presets=choice(a,b)``) stays a sweep."""
+    quoted = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key == "presets" and "," in value and not value.startswith(("'", '"')) and "(" not in value:
+            override = f"presets='{value}'"
+        quoted.append(override)
+    return quoted

@@ -115,6 +115,83 @@ def is_multi_agent(name: str) -> bool:
     return isinstance(parse_env_cfg(name), DirectMARLEnvCfg)  # resolved as Isaac Lab does: presets included
 
 
+SELECTORS = ("presets", "physics", "renderer")  # Isaac Lab 3's tokens (isaaclab_tasks/utils/preset_cli.py)
+
+
+def preset_names_of(cfg: Any) -> dict[str, list[str]]:
+    """The preset names a config tree (an env config, or a skrl config family) declares, by selector:
+    ``{"presets": [...], "physics": [...], "renderer": [...]}``; a name is bucketed by the type of config it
+    selects, as Isaac Lab's ``--help`` does (``default`` is the fallback, not a name)."""
+    from isaaclab_tasks.utils.hydra import collect_presets
+    from isaaclab_tasks.utils.preset_target import PresetTarget
+
+    typed = [target for target in PresetTarget if target.base_classes]
+    names: dict[str, set[str]] = {selector: set() for selector in SELECTORS}
+    for fields in collect_presets(cfg).values():
+        for name, value in fields.items():
+            if name != "default":
+                target = next((t for t in typed if t.matches(value)), PresetTarget.DOMAIN)
+                names[target.value].add(name)
+    return {selector: sorted(found) for selector, found in names.items()}
+
+
+def preset_names(name: str, agent_entry: str | None = None) -> dict[str, list[str]]:
+    """The preset names of task ``name``: its env config's and, with ``agent_entry``, its agent config family's."""
+    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry
+
+    names = preset_names_of(load_cfg_from_registry(name, "env_cfg_entry_point"))
+    if agent_entry is not None and gymnasium_kwargs(name).get(agent_entry) is not None:
+        agent = preset_names_of(load_cfg_from_registry(name, agent_entry))
+        names = {key: sorted({*names[key], *agent[key]}) for key in SELECTORS}
+    return names
+
+
+def gymnasium_kwargs(name: str) -> dict[str, Any]:
+    import gymnasium
+
+    return dict(gymnasium.spec(name).kwargs or {})
+
+
+def check_presets(name: str, overrides: list[str], agent_entry: str | None = None) -> None:
+    """Refuse, in one line listing the task's names, a ``presets=``/``physics=``/``renderer=`` name task ``name``
+    does not declare (Isaac Lab's own error is a multi-line table).
+
+    :raises IsaacLabError: an unknown name.
+    """
+    names = preset_names(name, agent_entry)
+    everything = {n for found in names.values() for n in found}
+    for override in overrides:
+        selector, _, value = override.partition("=")
+        allowed = everything if selector == "presets" else set(names.get(selector, ()))  # presets= broadcasts
+        unknown = [n for n in value.split(",") if n.strip() and n.strip() not in allowed]
+        if unknown:
+            listed = "; ".join(f"{key}: {', '.join(found) or '(none)'}" for key, found in names.items())
+            what = "preset" if selector == "presets" else f"{selector} preset"
+            raise IsaacLabError(
+                f"{override}: task {name!r} has no {what} {', '.join(map(repr, unknown))}; its presets: {listed}"
+            )
+
+
+def resolve_configs(name: str, overrides: list[str], agent_entry: str | None = None) -> tuple[Any, Any]:
+    """``(env_cfg, agent_cfg)`` of task ``name`` with Isaac Lab's selector tokens applied by Isaac Lab itself
+    (``resolve_task_config``, what ``parse_env_cfg(overrides=...)`` calls): a presets container or a skrl config
+    family (``preset(default=..., **configs)``) resolves to the selected member, or to its default.
+
+    :raises IsaacLabError: an unknown name, or a selection Isaac Lab refuses (one line).
+    """
+    from isaaclab_tasks.utils.hydra import resolve_task_config
+
+    overrides = list(overrides)
+    if overrides:
+        check_presets(name, overrides, agent_entry)
+    if agent_entry is not None and gymnasium_kwargs(name).get(agent_entry) is None:
+        agent_entry = None
+    try:
+        return resolve_task_config(name, agent_entry, overrides=overrides)
+    except ValueError as error:
+        raise IsaacLabError(f"{' '.join(overrides)}: {' '.join(str(error).split())}") from None
+
+
 def version_text() -> str:
     installed = version()
     return "(not installed)" if installed is None else ".".join(map(str, installed))
@@ -285,8 +362,10 @@ def make_isaaclab_env(
     :param device: ``cpu``, ``cuda``, ``cuda:N``, ``auto`` or a ``torch.device`` (Isaac Lab gets a ``str``).
     :param task_cfg: env config overrides (``{"episode_length_s": 10.0}``; dotted keys reach nested configs:
         ``{"scene.env_spacing": 3.0}``), plus the launcher's own keys :data:`LAUNCH_KEYS`
-        (``{"physics": "isaacsim_physx"}``, Isaac Lab's ``physics=`` selector), and ``render_mode`` for
-        ``gymnasium.make`` (``video=true`` passes ``"rgb_array"`` and ``enable_cameras``).
+        (``{"physics": "isaacsim_physx"}``, Isaac Lab's launcher selector), ``render_mode`` for
+        ``gymnasium.make`` (``video=true`` passes ``"rgb_array"`` and ``enable_cameras``), and ``overrides``:
+        Isaac Lab's selector tokens (``["presets=dict_box", "physics=newton_mjwarp"]``), applied as
+        ``parse_env_cfg(overrides=...)`` applies them.
     :raises IsaacLabError: Isaac Lab missing, launch impossible, a multi-agent task or a bad override.
     :raises UnknownTaskError: Isaac Lab has no such id (checked before anything launches).
     """
@@ -295,13 +374,14 @@ def make_isaaclab_env(
         raise IsaacLabError(f"task {name!r} needs Isaac Lab ({INSTALL_HINT})")
     device = device_string(device)
     task_cfg = dict(task_cfg or {})
+    overrides = list(task_cfg.pop("overrides", None) or ())  # presets=, physics=, renderer= (Isaac Lab's tokens)
     launch = {key: task_cfg.pop(key) for key in LAUNCH_KEYS if key in task_cfg}
     render_mode = task_cfg.pop("render_mode", None)  # video=true: "rgb_array" (with enable_cameras), as play.py --video
     session = _Session()
     try:
         if installed[0] >= 3:
             check_id(name)
-            env_cfg = _env_cfg(name, device, num_envs, seed, task_cfg)
+            env_cfg = _env_cfg(name, device, num_envs, seed, task_cfg, overrides)
             _launch(session, env_cfg, launcher_args(env_cfg, headless=headless, device=device, launch=launch))
         else:  # Isaac Lab 2.x: Isaac Sim first, then the tasks (they import omni.*)
             from isaaclab.app import AppLauncher
@@ -310,7 +390,7 @@ def make_isaaclab_env(
             app = _enter(lambda: AppLauncher(headless=headless, device=device, enable_cameras=enable_cameras))
             session.closers.append(app.app.close)
             check_id(name)
-            env_cfg = _env_cfg(name, device, num_envs, seed, task_cfg)
+            env_cfg = _env_cfg(name, device, num_envs, seed, task_cfg, overrides)
         import gymnasium
 
         session.env = gymnasium.make(name, cfg=env_cfg, render_mode=render_mode)
@@ -320,10 +400,13 @@ def make_isaaclab_env(
         raise
 
 
-def _env_cfg(name: str, device: str, num_envs: int, seed: int, task_cfg: dict) -> Any:
-    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
-
-    env_cfg = parse_env_cfg(name, device=device, num_envs=num_envs)  # launch_simulation applies `physics`
+def _env_cfg(name: str, device: str, num_envs: int, seed: int, task_cfg: dict, overrides: list[str]) -> Any:
+    # parse_env_cfg(name, device, num_envs, overrides): the tokens resolved with the agent family, as Isaac Lab's
+    # train.py resolves them (a name only the skrl family declares is no unknown name); launch_simulation applies a
+    # launcher's `physics`
+    env_cfg, _ = resolve_configs(name, overrides, "skrl_cfg_entry_point")
+    env_cfg.sim.device = device
+    env_cfg.scene.num_envs = num_envs
     env_cfg.seed = seed
     apply_overrides(env_cfg, name, task_cfg)
     return env_cfg

@@ -41,6 +41,7 @@ class TaskRow:
     config: str
     description: str = ""
     states: int | str | None = None  # a privileged critic's state, where the task has one
+    presets: str | None = None  # an Isaac Lab task's presets= names, comma-separated (physics=/renderer= apart)
 
 
 def embedded_rows() -> list[TaskRow]:
@@ -175,10 +176,27 @@ def isaaclab_rows() -> list[TaskRow]:
         sources = [_entry_name(entry)] if entry is not None else []
         if kwargs.get("skrl_cfg_entry_point") is not None:
             sources.append(_entry_name(kwargs["skrl_cfg_entry_point"]))
-        observations, actions, states = _isaaclab_sizes(entry)
+        cfg = _isaaclab_cfg(entry)
+        observations, actions, states = _isaaclab_sizes(cfg)
         config = " + ".join(sources) or "-"
-        rows.append(TaskRow(task_id, "isaaclab", observations, actions, config, "Isaac Lab", states=states))
+        presets = _isaaclab_presets(cfg)
+        rows.append(
+            TaskRow(task_id, "isaaclab", observations, actions, config, "Isaac Lab", states=states, presets=presets)
+        )
     return rows
+
+
+def _isaaclab_presets(cfg: Any) -> str | None:
+    """The ``presets=`` names an env config declares (Isaac Lab's ``--help`` lists them), or None."""
+    if cfg is None:
+        return None
+    try:
+        from omni_sfp.envs.isaaclab import preset_names_of
+
+        names = preset_names_of(cfg)["presets"]
+    except ImportError:  # an isaaclab_tasks without Isaac Lab 3's preset machinery
+        return None
+    return ",".join(names) or None
 
 
 def _entry_name(entry: Any) -> str:
@@ -187,9 +205,9 @@ def _entry_name(entry: Any) -> str:
     return f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', type(entry).__name__)}"
 
 
-def _isaaclab_sizes(entry: Any) -> tuple[int | str | None, int | str | None, int | str | None]:
-    """A direct workflow's env config states ``observation_space`` and ``action_space`` as ints (on an instance:
-    ``@configclass`` makes every default a factory); others: None."""
+def _isaaclab_cfg(entry: Any) -> Any:
+    """The env config an entry point names, as an instance where its class needs one (``@configclass`` makes every
+    default a factory); None where it cannot be loaded here."""
     from omni_sfp.envs import registry
 
     cfg_class = entry
@@ -197,13 +215,20 @@ def _isaaclab_sizes(entry: Any) -> tuple[int | str | None, int | str | None, int
         try:
             cfg_class = registry.load_entry_point(entry)
         except Exception:  # a task module that needs more than this machine has: list it without sizes
-            return None, None, None
-    cfg = cfg_class
+            return None
     if isinstance(cfg_class, type) and not hasattr(cfg_class, "observation_space"):
         try:  # Isaac Lab's @configclass turns defaults into default factories: only an instance has them
-            cfg = cfg_class()
+            return cfg_class()
         except Exception:
-            return None, None, None
+            return None
+    return cfg_class
+
+
+def _isaaclab_sizes(entry: Any) -> tuple[int | str | None, int | str | None, int | str | None]:
+    """A direct workflow's env config states ``observation_space`` and ``action_space`` as ints; others: None."""
+    cfg = _isaaclab_cfg(entry)
+    if cfg is None:
+        return None, None, None
     if not hasattr(cfg, "observation_space") and hasattr(cfg, "default"):  # a presets container: its default
         cfg = cfg.default
     observation_space = getattr(cfg, "observation_space", None)
@@ -261,7 +286,10 @@ def format_table(listing: list[TaskRow]) -> str:
         return size(row.observations) + (f" + states {row.states}" if row.states is not None else "")
 
     header = ("task", "kind", "obs", "act", "config")
-    lines = [(r.name, r.kind, observations(r), size(r.actions), r.config) for r in listing]
+    lines = [
+        (r.name, r.kind, observations(r), size(r.actions), r.config + (f"; presets={r.presets}" if r.presets else ""))
+        for r in listing
+    ]
     widths = [max(len(line[i]) for line in [header, *lines]) for i in range(4)]
 
     def render(line: tuple[str, ...]) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from omni_sfp.config import schema
+from omni_sfp.config.values import isaaclab_overrides
 
 ACTIVATIONS = tuple(schema.ACTIVATIONS)  # the activations omni_sfp builds
 # keys set on the command line that stand for a mapped key (top-level shortcuts win over the task/train keys)
@@ -52,17 +53,19 @@ class UpstreamError(ValueError):
     """An upstream config could not be read or mapped; one line naming the file and key."""
 
 
-def settings_for(task: str, *, num_envs: int | None = None) -> list[Setting]:
+def settings_for(task: str, *, num_envs: int | None = None, overrides: list[str] | None = None) -> list[Setting]:
     """The upstream settings of registry task ``task`` (empty for embedded and Gymnasium tasks).
 
     :param num_envs: the user's ``num_envs`` override, if any: rl_games fixes the minibatch *size*, so the number
         of minibatches follows the number of environments actually simulated.
+    :param overrides: Isaac Lab's selector tokens (``["presets=dict_box"]``): they pick the env config and the
+        member of a skrl config family.
     """
     from omni_sfp.envs.registry import get_task
 
     spec = get_task(task)
     if spec.kind == "isaaclab":
-        return isaaclab_settings(task)
+        return isaaclab_settings(task, overrides or [])
     if spec.kind == "oige":
         from omni_sfp.envs import oige
 
@@ -80,7 +83,8 @@ def apply(cfg: DictConfig, overrides: list[str], *, echo: bool = True) -> list[S
     user = {o.partition("=")[0].lstrip("+~") for o in overrides if "=" in o}
     user |= {mapped for shortcut, mapped in SHORTCUTS.items() if shortcut in user}
     user_envs = cfg.num_envs if "num_envs" in user else None
-    taken = [s for s in settings_for(cfg.task.name, num_envs=user_envs) if s.key not in user]
+    tokens = isaaclab_overrides(cfg)
+    taken = [s for s in settings_for(cfg.task.name, num_envs=user_envs, overrides=tokens) if s.key not in user]
     with open_dict(cfg):
         for setting in taken:
             OmegaConf.update(cfg, setting.key, setting.value, merge=False)
@@ -127,21 +131,27 @@ def _plain(value: Any) -> Any:
 # -- Isaac Lab: skrl Runner YAML ------------------------------------------------------------------------------
 
 
-def isaaclab_settings(task: str) -> list[Setting]:
-    """Isaac Lab id ``task``'s registered skrl config and ``scene.num_envs`` on omni_sfp's keys."""
-    import gymnasium
-    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry, parse_env_cfg
+def isaaclab_settings(task: str, overrides: list[str] | None = None) -> list[Setting]:
+    """Isaac Lab id ``task``'s registered skrl config and ``scene.num_envs`` on omni_sfp's keys.
 
-    kwargs = gymnasium.spec(task).kwargs
+    Both are resolved by Isaac Lab with the selector tokens ``overrides`` (``presets=dict_box``): a presets
+    container (Isaac-Cartpole-Camera-Direct) or a skrl config family (IsaacContrib-Cartpole-Showcase-Direct:
+    ``preset(default=..., **configs)``) gives the selected member, or its default.
+    """
+    from omni_sfp.envs import isaaclab
+
+    overrides = list(overrides or [])
+    kwargs = isaaclab.gymnasium_kwargs(task)
     out = []
-    env_cfg = parse_env_cfg(task)  # resolves a presets container (Isaac-Cartpole-Camera-Direct) as Isaac Lab does
+    env_cfg, agent_cfg = isaaclab.resolve_configs(task, overrides, "skrl_cfg_entry_point")
+    picked = f" ({' '.join(overrides)})" if overrides else ""
     env_source = kwargs["env_cfg_entry_point"]
     env_source = env_source if isinstance(env_source, str) else getattr(env_source, "__qualname__", str(env_source))
-    out.append(Setting("task.env.num_envs", int(env_cfg.scene.num_envs), f"{env_source}: scene.num_envs"))
+    out.append(Setting("task.env.num_envs", int(env_cfg.scene.num_envs), f"{env_source}{picked}: scene.num_envs"))
     entry = kwargs.get("skrl_cfg_entry_point")
-    if entry is None:
+    if entry is None or agent_cfg is None:
         return out
-    return out + skrl_settings(load_cfg_from_registry(task, "skrl_cfg_entry_point"), str(entry))
+    return out + skrl_settings(agent_cfg, f"{entry}{picked}")
 
 
 def skrl_settings(runner_cfg: Mapping[str, Any], source: str) -> list[Setting]:

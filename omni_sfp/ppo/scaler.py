@@ -22,9 +22,12 @@ class StandardScaler(RunningStandardScaler):
     call launches 3 kernels instead of 7, an inverse one 3 instead of 6. A rollout step makes two of them.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, flat_parts: torch.Tensor | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._derived: tuple | None = None  # (mean, variance, their pointers and versions, mean32, std, std + eps)
+        # a Dict or Tuple space's flat Box columns (flat_parts_of): only they are normalised, images and one-hot
+        # codes pass through; None: every column
+        self.flat_parts = None if flat_parts is None else flat_parts.to(self.device, torch.bool)
 
     def _statistics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         mean, variance = self.running_mean, self.running_variance
@@ -55,6 +58,10 @@ class StandardScaler(RunningStandardScaler):
         self.running_mean, self.running_variance, self.current_count = mean, variance, count
 
     def _compute(self, x: torch.Tensor, *, train: bool = False, inverse: bool = False) -> torch.Tensor:
+        scaled = self._scaled(x, train=train, inverse=inverse)
+        return scaled if self.flat_parts is None else torch.where(self.flat_parts, scaled, x)
+
+    def _scaled(self, x: torch.Tensor, *, train: bool, inverse: bool) -> torch.Tensor:
         if train:
             return super()._compute(x, train=train, inverse=inverse)
         mean, std, denominator = self._statistics()
@@ -85,3 +92,21 @@ def scaler_class() -> type:
     """The observation/value normaliser class: :class:`StandardScaler` in a single process,
     :class:`DistributedRunningStandardScaler` in a multi-process run."""
     return DistributedRunningStandardScaler if distributed.world_size() > 1 else StandardScaler
+
+
+def flat_parts_of(space) -> torch.Tensor:
+    """Which columns of skrl's flat layout of ``space`` (``flatten_tensorized_space``) come from a flat ``Box``: the
+    parts an observation normaliser should scale. Images (a ``Box`` of more dimensions) and ``Discrete`` /
+    ``MultiDiscrete`` indices (one-hot coded by the network) are not."""
+    from gymnasium import spaces
+    from skrl.utils.spaces.torch import compute_space_size, flatten_tensorized_space
+
+    def marks(part):  # the tensorized value of one sample, True where the part is a flat Box
+        if isinstance(part, spaces.Dict):
+            return {key: marks(part[key]) for key in part.keys()}
+        if isinstance(part, spaces.Tuple):
+            return tuple(marks(entry) for entry in part)
+        flat = isinstance(part, spaces.Box) and len(part.shape) == 1
+        return torch.full((1, compute_space_size(part, occupied_size=True)), flat)
+
+    return flatten_tensorized_space(marks(space))[0]

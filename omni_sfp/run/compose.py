@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from omni_sfp.config import schema
 from omni_sfp.config.schema import ConfigError, config_dir
-from omni_sfp.config.values import num_envs
+from omni_sfp.config.values import isaaclab_overrides, num_envs, quote_preset_lists
 
 
 def load_config(overrides: list[str]) -> DictConfig:
@@ -27,6 +27,7 @@ def load_config(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    overrides = quote_preset_lists(overrides)
     _refuse_new_keys(overrides)
     GlobalHydra.instance().clear()
     try:
@@ -104,7 +105,7 @@ def validate(cfg: DictConfig) -> None:
     from omni_sfp.envs.registry import get_task
 
     try:
-        get_task(cfg.task.name)
+        spec = get_task(cfg.task.name)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     if _get(cfg, "task_name") != cfg.task.name:
@@ -120,6 +121,12 @@ def validate(cfg: DictConfig) -> None:
     for setting in schema.SETTINGS:
         if setting.key != "task":  # a Hydra group, checked by the registry above
             _check(cfg, setting.key)
+    tokens = isaaclab_overrides(cfg)
+    if tokens and spec.kind != "isaaclab":
+        raise ConfigError(
+            f"{' '.join(tokens)}: Isaac Lab's selector tokens (presets=, physics=, renderer=) pick an Isaac Lab "
+            f"task's config alternatives; task {cfg.task.name!r} is not an Isaac Lab task ({spec.kind})"
+        )
     _require_int(cfg, "task.env.num_envs", minimum=1)
 
     experiment = cfg.experiment

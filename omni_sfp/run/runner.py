@@ -26,11 +26,11 @@ from omni_sfp.compute.compile_policy import AutoCapture, AutoCompile, compile_tr
 from omni_sfp.compute.cpu_choices import apply_config
 from omni_sfp.compute.device import resolve_device
 from omni_sfp.config.schema import AUTO
-from omni_sfp.config.values import max_iterations, num_envs
+from omni_sfp.config.values import isaaclab_overrides, max_iterations, num_envs
 from omni_sfp.envs.registry import make_env
 from omni_sfp.ppo.agent import SFPPPO
 from omni_sfp.ppo.loop import Learner, Progress, StopRequested
-from omni_sfp.ppo.scaler import scaler_class
+from omni_sfp.ppo.scaler import flat_parts_of, scaler_class
 from omni_sfp.run import checkpoint as ckpt
 from omni_sfp.run.folder import (
     Checkpoints,
@@ -134,11 +134,22 @@ def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
 
 
 def observation_normalization(cfg: DictConfig, env) -> bool:
-    """``train.ppo.observation_normalization``, with ``auto`` resolved: on, except for image observations."""
+    """``train.ppo.observation_normalization``, with ``auto`` resolved: on where the observations have a flat
+    ``Box`` part (off for an image, ``Discrete`` or ``MultiDiscrete`` alone)."""
     value = cfg.train.ppo.observation_normalization
     if value == AUTO:
-        return network.image_layout(env.observation_space) is None
+        return bool(flat_parts_of(env.observation_space).any())
     return bool(value)
+
+
+def _normaliser_kwargs(space: Any, device: torch.device) -> dict[str, Any]:
+    """The normaliser's arguments for ``space``: a ``Dict`` or ``Tuple`` with images or discrete entries beside flat
+    ones gets its flat parts only normalised (:func:`omni_sfp.ppo.scaler.flat_parts_of`)."""
+    kwargs: dict[str, Any] = {"size": space, "device": device}
+    flat = flat_parts_of(space)
+    if flat.any() and not flat.all():
+        kwargs["flat_parts"] = flat
+    return kwargs
 
 
 def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *, scaler: type | None = None):
@@ -163,9 +174,9 @@ def ppo_cfg(cfg: DictConfig, env, device: torch.device, run_dir: Path | None, *,
         if p.learning_rate_schedule == "kl_adaptive"
         else {},
         observation_preprocessor=scaler if normalise else None,
-        observation_preprocessor_kwargs={"size": env.observation_space, "device": device},
+        observation_preprocessor_kwargs=_normaliser_kwargs(env.observation_space, device),
         state_preprocessor=scaler if normalise and state_space is not None else None,
-        state_preprocessor_kwargs={"size": state_space, "device": device} if state_space is not None else {},
+        state_preprocessor_kwargs=_normaliser_kwargs(state_space, device) if state_space is not None else {},
         value_preprocessor=scaler if p.value_normalization else None,
         value_preprocessor_kwargs={"size": 1, "device": device},
         grad_norm_clip=p.grad_norm_clip,
@@ -252,6 +263,8 @@ class Runner:
         task_cfg = {k: v for k, v in OmegaConf.to_container(cfg.task.env, resolve=True).items() if k != "num_envs"}
         for output in self.outputs:
             task_cfg.update(output.env_options())
+        if isaaclab_overrides(cfg):  # presets=, physics=, renderer=: validated for Isaac Lab tasks only
+            task_cfg["overrides"] = isaaclab_overrides(cfg)
         self.env = make_env(
             cfg.task.name,
             num_envs=num_envs(cfg),

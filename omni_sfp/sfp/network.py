@@ -450,7 +450,8 @@ def default_spec(
     task: str,
 ) -> dict[str, Any] | None:
     """Our network for a task that registered none, chosen by space: an MLP on a flat ``Box``, a small CNN (then the
-    MLP) on an image ``Box``; a Gaussian policy for ``Box`` actions, Categorical for ``Discrete``,
+    MLP) on an image ``Box``, one-hot codes of ``Discrete``/``MultiDiscrete`` observations, a ``Dict`` or ``Tuple``
+    entry by entry (:func:`_input_containers`); a Gaussian policy for ``Box`` actions, Categorical for ``Discrete``,
     MultiCategorical for ``MultiDiscrete``. None where the tuned MLP models apply (flat ``Box`` in and out).
 
     :raises NetworkSpecError: any other space, in one line naming it.
@@ -465,34 +466,69 @@ def default_spec(
         raise NetworkSpecError(
             f"task {task!r}: action space {action_space} is not supported (Box, Discrete or MultiDiscrete)"
         )
-    layout = image_layout(observation_space)
     flat = isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 1
-    if not flat and layout is None:
-        raise NetworkSpecError(
-            f"task {task!r}: observation space {observation_space} is not supported by the default network "
-            "(a flat Box or an image Box, HxWxC or CxHxW); give train.models.network"
-        )
     if flat and policy_cls == "GaussianMixin":
         return None
-    containers: list[dict[str, Any]] = []
-    source = "OBSERVATIONS"
-    if layout is not None:
-        image = "permute(OBSERVATIONS, (0, 3, 1, 2))" if layout == "HWC" else "OBSERVATIONS"
-        if observation_space.dtype == "uint8":
-            image = f"{image} / 255"  # converted where the tensor lives (the device), not on the host
-        height, width = observation_space.shape[:2] if layout == "HWC" else observation_space.shape[1:]
-        if min(height, width) >= 36:  # a small Atari-style extractor
-            convs = [{"conv2d": [16, 8, 4]}, {"conv2d": [32, 4, 2]}, "flatten"]
-        else:  # thumbnails: the same two layers with kernels that fit
-            convs = [{"conv2d": [16, 3, 1]}, {"conv2d": [32, 3, 2]}, "flatten"]
-        containers.append({"name": "features_extractor", "input": image, "layers": convs, "activations": "relu"})
-        source = "features_extractor"
+    containers, source = _input_containers(observation_space, task)
     containers.append({"name": "net", "input": source, "layers": list(units), "activations": activation})
     policy: dict[str, Any] = {"class": policy_cls, "network": containers, "output": "ACTIONS"}
     if policy_cls == "GaussianMixin":
         policy["initial_log_std"] = float(initial_log_std)
     value = {"class": "DeterministicMixin", "network": containers, "output": "ONE"}
     return {"separate": bool(separate), "policy": policy, "value": value}
+
+
+def _image_container(name: str, read: str, space: spaces.Box) -> dict[str, Any]:
+    """Our small CNN on an image ``Box`` that expression ``read`` gives (HWC turned CHW, uint8 scaled to [0, 1])."""
+    layout = image_layout(space)
+    image = f"permute({read}, (0, 3, 1, 2))" if layout == "HWC" else read
+    if space.dtype == "uint8":
+        image = f"{image} / 255"  # converted where the tensor lives (the device), not on the host
+    height, width = space.shape[:2] if layout == "HWC" else space.shape[1:]
+    if min(height, width) >= 36:  # a small Atari-style extractor
+        convs = [{"conv2d": [16, 8, 4]}, {"conv2d": [32, 4, 2]}, "flatten"]
+    else:  # thumbnails: the same two layers with kernels that fit
+        convs = [{"conv2d": [16, 3, 1]}, {"conv2d": [32, 3, 2]}, "flatten"]
+    return {"name": name, "input": image, "layers": convs, "activations": "relu"}
+
+
+def _input_containers(space: gymnasium.Space, task: str) -> tuple[list[dict[str, Any]], str]:
+    """The containers before our MLP and the MLP's input expression, by observation space: a flat ``Box`` as is,
+    an image through the CNN, ``Discrete``/``MultiDiscrete`` one-hot (skrl's ``one_hot_encoding``), a ``Dict`` or
+    ``Tuple`` of those entry by entry (skrl's ``OBSERVATIONS["key"]``), concatenated.
+
+    :raises NetworkSpecError: any other space (a nested ``Dict``, a ``Box`` of 2 or 4+ dimensions), in one line.
+    """
+    if isinstance(space, spaces.Box) and len(space.shape) == 1:
+        return [], "OBSERVATIONS"
+    if image_layout(space) is not None:
+        return [_image_container("features_extractor", "OBSERVATIONS", space)], "features_extractor"
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete):
+        return [], "one_hot_encoding(OBSERVATION_SPACE, OBSERVATIONS)"
+    if not isinstance(space, spaces.Dict | spaces.Tuple):
+        raise NetworkSpecError(
+            f"task {task!r}: observation space {space} is not supported by the default network (a flat Box, an image "
+            "Box HxWxC or CxHxW, Discrete, MultiDiscrete, or a Dict or Tuple of those); give train.models.network"
+        )
+    keys = sorted(space.keys()) if isinstance(space, spaces.Dict) else list(range(len(space)))  # skrl's order
+    images = [key for key in keys if image_layout(space[key]) is not None]
+    containers, parts = [], []
+    for key in keys:
+        entry, read = space[key], f"OBSERVATIONS[{key!r}]"
+        if isinstance(entry, spaces.Box) and len(entry.shape) == 1:
+            parts.append(read)
+        elif image_layout(entry) is not None:
+            name = "features_extractor" if len(images) == 1 else f"features_extractor_{images.index(key)}"
+            containers.append(_image_container(name, read, entry))
+            parts.append(name)
+        elif isinstance(entry, spaces.Discrete | spaces.MultiDiscrete):
+            parts.append(f"one_hot_encoding(OBSERVATION_SPACE[{key!r}], {read})")
+        else:
+            raise NetworkSpecError(
+                f"task {task!r}: observation entry {key!r} is {entry}; the default network takes flat Box, image Box, "
+                "Discrete and MultiDiscrete entries; give train.models.network"
+            )
+    return containers, parts[0] if len(parts) == 1 else f"concatenate([{', '.join(parts)}])"
 
 
 # -- expressions ----------------------------------------------------------------------------------------------

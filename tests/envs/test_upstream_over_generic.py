@@ -81,7 +81,9 @@ ISAACLAB_CARTPOLE = {
 def test_isaaclab_tasks_take_every_generic_key_from_their_skrl_config(monkeypatch, scratch_registry, agent):
     runner_cfg = {**ISAACLAB_CARTPOLE, "agent": agent}
     registry.register_task(registry.TaskSpec("Isaac-Stand-In-Direct", "isaaclab", "x:y", "an Isaac Lab id"))
-    monkeypatch.setattr(upstream, "settings_for", lambda task, num_envs=None: upstream.skrl_settings(runner_cfg, "c"))
+    monkeypatch.setattr(
+        upstream, "settings_for", lambda task, num_envs=None, overrides=None: upstream.skrl_settings(runner_cfg, "c")
+    )
     cfg = load_config(["task=Isaac-Stand-In-Direct"])
     for key, generic in generic_keys().items():
         assert key in cfg.task.upstream, f"{key}={generic} comes from GenericPPO.yaml, not from the skrl config"

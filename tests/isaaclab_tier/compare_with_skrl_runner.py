@@ -4,6 +4,7 @@ seeds: mean training return (last iterations) and SPS of each, the two sides tak
 
     OMNI_SFP_ISAACLAB_TIER=1 <venv>/bin/python tests/isaaclab_tier/compare_with_skrl_runner.py \\
         --num-envs 64 --iterations 50 --seeds 1 2 [--task Isaac-Cartpole-Camera-Direct --rollouts 32] [--repeats 3]
+        [--task IsaacContrib-Cartpole-Showcase-Direct --presets dict_box]
 
 Both sides: ``--task`` (default ``Isaac-Cartpole-Direct``) from its registered env config (Newton, CPU; cameras
 enabled for a camera task, as Isaac Lab's scripts' ``--enable_cameras``) with ``num_envs`` envs and
@@ -11,7 +12,9 @@ enabled for a camera task, as Isaac Lab's scripts' ``--enable_cameras``) with ``
 for ``iterations * agent.rollouts`` env steps (``--rollouts`` overrides the registered rollouts on both sides, to fit
 a slow task's iterations on 2 cores). Mean return: the mean undiscounted return of the episodes that
 finished in each iteration, averaged over the last ``--last`` iterations (omni_sfp's progress file for ours; the
-same bookkeeping around the env for skrl's). SPS: env steps over the training loop's wall time.
+same bookkeeping around the env for skrl's). SPS: env steps over the training loop's wall time. ``--presets NAME``:
+Isaac Lab's ``presets=NAME`` on both sides (ours on the CLI; skrl's through ``resolve_task_config``, as Isaac Lab's
+skrl train script resolves it), which selects the env config and the member of a skrl config family.
 
 ``--repeats N`` runs each seed's pair N times, the side that goes first alternating from pair to pair, and reports
 each seed's median SPS: a 2-3% difference between the sides is within one pair's spread on 2 cores, and the runs
@@ -43,7 +46,9 @@ def assets() -> None:
     os.environ["ISAACSIM_ASSET_ROOT"] = str(standin_assets.make(root))
 
 
-def ours(task: str, seed: int, num_envs: int, iterations: int, rollouts: int | None, workdir: Path) -> dict:
+def ours(
+    task: str, seed: int, num_envs: int, iterations: int, rollouts: int | None, workdir: Path, presets: str | None
+) -> dict:
     progress = workdir / f"ours-{seed}.jsonl"
     command = [
         sys.executable,
@@ -57,6 +62,7 @@ def ours(task: str, seed: int, num_envs: int, iterations: int, rollouts: int | N
         f"runs_dir={workdir / 'runs'}",
         f"progress_file={progress}",
     ] + ([f"train.ppo.rollouts={rollouts}"] if rollouts else [])
+    command += [f"presets={presets}"] if presets else []
     result = subprocess.run(command, check=False, capture_output=True, text=True, env=os.environ.copy())
     if result.returncode:
         raise SystemExit(f"our CLI failed ({result.returncode}): {result.stderr[-3000:]}")
@@ -72,19 +78,23 @@ def ours(task: str, seed: int, num_envs: int, iterations: int, rollouts: int | N
     }
 
 
-def skrl_runner(task: str, seed: int, num_envs: int, iterations: int, rollouts: int | None) -> dict:
+def skrl_runner(
+    task: str, seed: int, num_envs: int, iterations: int, rollouts: int | None, presets: str | None
+) -> dict:
     """skrl's Runner as Isaac Lab's skrl train entry point drives it (registered config, seed, timesteps)."""
     import gymnasium
     import isaaclab_tasks  # noqa: F401
     import torch
     from isaaclab.app import launch_simulation
-    from isaaclab_tasks.utils.parse_cfg import load_cfg_from_registry, parse_env_cfg
+    from isaaclab_tasks.utils.hydra import resolve_task_config
     from skrl.envs.wrappers.torch import wrap_env
     from skrl.utils.runner.torch import Runner
 
     from omni_sfp.envs.isaaclab import launcher_args
 
-    agent_cfg = load_cfg_from_registry(task, "skrl_cfg_entry_point")
+    env_cfg, agent_cfg = resolve_task_config(
+        task, "skrl_cfg_entry_point", overrides=[f"presets={presets}"] * bool(presets)
+    )
     if rollouts:
         agent_cfg["agent"]["rollouts"] = rollouts
     rollouts = agent_cfg["agent"]["rollouts"]
@@ -92,7 +102,7 @@ def skrl_runner(task: str, seed: int, num_envs: int, iterations: int, rollouts: 
     agent_cfg["trainer"]["timesteps"] = iterations * rollouts
     agent_cfg["trainer"]["close_environment_at_exit"] = False
     agent_cfg["trainer"]["disable_progressbar"] = True
-    env_cfg = parse_env_cfg(task, device="cpu", num_envs=num_envs)
+    env_cfg.sim.device, env_cfg.scene.num_envs = "cpu", num_envs  # what parse_env_cfg sets
     env_cfg.seed = seed
     launch = launcher_args(env_cfg, headless=True, device="cpu", launch={})  # as ours: cameras for a camera task
     with launch_simulation(env_cfg, launch):
@@ -136,6 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", default=TASK)
     parser.add_argument("--rollouts", type=int, default=None, help="env steps per iteration (default: registered)")
+    parser.add_argument("--presets", default=None, help="Isaac Lab's presets=NAME[,NAME] on both sides")
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
@@ -146,7 +157,11 @@ def main() -> None:
     args = parser.parse_args()
     assets()
     if args.skrl_only is not None:
-        print(json.dumps(skrl_runner(args.task, args.skrl_only, args.num_envs, args.iterations, args.rollouts)))
+        print(
+            json.dumps(
+                skrl_runner(args.task, args.skrl_only, args.num_envs, args.iterations, args.rollouts, args.presets)
+            )
+        )
         return
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -163,9 +178,10 @@ def main() -> None:
                 "--task",
                 args.task,
             ] + (["--rollouts", str(args.rollouts)] if args.rollouts else [])
+            command += ["--presets", args.presets] if args.presets else []
 
             def run_ours(seed=seed):
-                return ours(args.task, seed, args.num_envs, args.iterations, args.rollouts, Path(workdir))
+                return ours(args.task, seed, args.num_envs, args.iterations, args.rollouts, Path(workdir), args.presets)
 
             def run_theirs(command=command):
                 child = subprocess.run(
@@ -198,7 +214,8 @@ def main() -> None:
     rollouts = f", {args.rollouts} rollouts" if args.rollouts else ""
     repeats = f", median SPS of {args.repeats} pairs a seed" if args.repeats > 1 else ""
     print(
-        f"{args.task}, {args.num_envs} envs{rollouts}, {args.iterations} iterations{repeats}, "
+        f"{args.task}{f' presets={args.presets}' if args.presets else ''}, {args.num_envs} envs{rollouts}, "
+        f"{args.iterations} iterations{repeats}, "
         f"mean return over the last {args.last}:"
     )
     for name, index in (("omni_sfp", 1), ("skrl Runner", 2)):

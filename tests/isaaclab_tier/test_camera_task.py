@@ -51,3 +51,11 @@ def test_the_camera_task_trains_through_the_cli(tmp_path):
 
     out = train_briefly(CAMERA, tmp_path, num_envs=4)
     assert "features_extractor(OBSERVATIONS) [conv2d 32/8/4, conv2d 64/4/2, conv2d 64/3/1, flatten]" in out
+
+
+def test_the_camera_task_trains_with_its_depth_preset(tmp_path):
+    """``presets=depth`` (Isaac Lab's token): depth images instead of RGB, through the same registered CNN."""
+    from test_isaaclab import train_briefly
+
+    out = train_briefly(CAMERA, tmp_path, "presets=depth", num_envs=4)
+    assert "(presets=depth)" in out and "features_extractor(OBSERVATIONS) [conv2d 32/8/4" in out

@@ -38,13 +38,14 @@ def run_train(*args: str, cwd: Path, timeout: float = 900) -> subprocess.Complet
     )
 
 
-def train_briefly(task: str, tmp_path: Path, *, num_envs: int) -> str:
-    """Two iterations of 8 steps through the CLI, on the CPU; asserts exit 0 and a full cache; the stdout."""
+def train_briefly(task: str, tmp_path: Path, *args: str, num_envs: int, iterations: int = 2) -> str:
+    """Iterations of 8 steps through the CLI, on the CPU; asserts exit 0 and a full cache; the stdout."""
     result = run_train(
         f"task={task}",
+        *args,
         "device=cpu",
         f"num_envs={num_envs}",
-        "max_iterations=2",
+        f"max_iterations={iterations}",
         "train.ppo.rollouts=8",
         f"runs_dir={tmp_path / 'runs'}",
         cwd=tmp_path,

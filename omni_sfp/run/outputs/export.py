@@ -65,10 +65,13 @@ class DeployedPolicy(nn.Module):
         clip_threshold: float,
         low: torch.Tensor,
         high: torch.Tensor,
+        flat_parts: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         self.network = network
         self.normalize = mean is not None
+        self.masked = flat_parts is not None  # a Dict / Tuple: only its flat Box columns are normalised
+        self.register_buffer("obs_flat", flat_parts.bool().clone() if flat_parts is not None else torch.ones(0).bool())
         size = low.shape[-1] if mean is None else mean.shape[-1]
         # skrl keeps float64 statistics and computes with their float32 casts: store exactly those casts
         self.register_buffer("obs_mean", (mean if mean is not None else torch.zeros(size)).float().clone())
@@ -86,9 +89,10 @@ class DeployedPolicy(nn.Module):
 
     def _normalised(self, x: torch.Tensor) -> torch.Tensor:
         if self.normalize:
-            x = torch.clamp(
+            scaled = torch.clamp(
                 (x - self.obs_mean) / (self.obs_std + self.epsilon), min=-self.clip_threshold, max=self.clip_threshold
             )
+            x = torch.where(self.obs_flat, scaled, x) if self.masked else scaled
         return x
 
     def _bounded(self, actions: torch.Tensor) -> torch.Tensor:
@@ -192,7 +196,7 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
     network = copy.deepcopy(source).to("cpu", torch.float32).eval()
     for parameter in network.parameters():
         parameter.requires_grad_(False)
-    mean = variance = None
+    mean = variance = flat_parts = None
     epsilon, clip_threshold = 0.0, float("inf")
     if isinstance(observation_preprocessor, nn.Module):
         if not hasattr(observation_preprocessor, "running_mean"):
@@ -203,6 +207,8 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
         mean = observation_preprocessor.running_mean.detach().cpu()
         variance = observation_preprocessor.running_variance.detach().cpu()
         epsilon, clip_threshold = observation_preprocessor.epsilon, observation_preprocessor.clip_threshold
+        flat_parts = getattr(observation_preprocessor, "flat_parts", None)
+        flat_parts = None if flat_parts is None else flat_parts.detach().cpu()
     if discrete:  # argmax indices: nothing to clip
         size = 1 if isinstance(action_space, gymnasium.spaces.Discrete) else len(action_space.nvec)
         low, high = torch.full((size,), -float("inf")), torch.full((size,), float("inf"))
@@ -212,7 +218,7 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
     from omni_sfp.sfp.recurrent import RecurrentDeterministicPolicy
 
     deployed = DeployedRecurrentPolicy if isinstance(network, RecurrentDeterministicPolicy) else DeployedPolicy
-    return deployed(network, mean, variance, epsilon, clip_threshold, low, high).eval()
+    return deployed(network, mean, variance, epsilon, clip_threshold, low, high, flat_parts).eval()
 
 
 def export_policy(
