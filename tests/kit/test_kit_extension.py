@@ -162,13 +162,15 @@ def test_training_runs_as_a_subprocess_polled_by_the_update_loop(tmp_path):
         results["summary"] = settings.get("/exts/omni.sfp/state/run_summary")
         results["python"] = r.command[0]
         results["run_dir"] = r.run_dir
+        results["done"] = open(os.path.join(r.run_dir, "progress.jsonl.done")).read()  # removed at shutdown
         """,
     )
     assert run.results["at_start"] == ["running", None, True]  # the UI thread does not wait for the run
     assert run.results["readout"] == ["finished", 0, 5, 500.0, 5.0, 0.5]
     assert run.results["summary"] == "finished, exit code 0"
     assert run.results["python"] == sys.executable  # Kit's Python here is a python: used as is
-    assert (Path(run.results["run_dir"]) / "progress.jsonl.done").read_text() == "finished"
+    assert run.results["done"] == "finished"
+    assert not Path(run.results["run_dir"]).exists()  # the panel's scratch folder is gone after shutdown
 
 
 def test_disabling_runs_on_shutdown_cleanly(tmp_path):
