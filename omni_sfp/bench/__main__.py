@@ -408,14 +408,18 @@ def _quality(args, *, device, threads, meta, stamp) -> int:
     finally:
         shutil.rmtree(runs_dir, ignore_errors=True)
     report = {"meta": meta, "seeds": seeds, "tasks": results}
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    text = markdown(report)
-    stem.with_suffix(".md").write_text(text)
+    _write_report(stem, report, markdown(report))
     plot(report, stem.with_suffix(".png"))
-    print(text)
     log(f"[bench] wrote {stem}.json, {stem}.md, {stem}.png")
     return 0
+
+
+def _write_report(stem: Path, report: dict, text: str) -> None:
+    """A seeded mode's outputs: ``<stem>.json`` (the whole report) and ``<stem>.md`` (its table), also printed."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    stem.with_suffix(".md").write_text(text)
+    print(text)
 
 
 def _suite(args, device, meta, stem: Path) -> int:
@@ -448,11 +452,7 @@ def _suite(args, device, meta, stem: Path) -> int:
     finally:
         shutil.rmtree(runs_dir, ignore_errors=True)
     report = {"meta": meta, "seeds": seeds, "tasks": results}
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    text = markdown_suite(report)
-    stem.with_suffix(".md").write_text(text)
-    print(text)
+    _write_report(stem, report, markdown_suite(report))
     log(f"[bench] wrote {stem}.json, {stem}.md")
     return 0
 
