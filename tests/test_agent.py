@@ -25,7 +25,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 from omni_sfp.ppo.agent import SFPPPO, compute_gae, soft_action_bounds
 from omni_sfp.ppo.step import bounds_loss
-from omni_sfp.sfp.models import GaussianActor, SharedActorCritic, ValueCritic
+from omni_sfp.sfp.models import SharedActorCritic, mlp_models
 
 UNITS = (16, 16)
 SETTINGS = {
@@ -62,10 +62,7 @@ def one_thread():
 def make_models(kind: str) -> dict:
     torch.manual_seed(7)
     if kind == "separate":
-        return {
-            "policy": GaussianActor(BOX_OBS, BOX_ACT, "cpu", units=UNITS),
-            "value": ValueCritic(BOX_OBS, BOX_ACT, "cpu", units=UNITS),
-        }
+        return mlp_models(BOX_OBS, BOX_ACT, "cpu", units=UNITS, separate=True)
     model = SharedActorCritic(BOX_OBS, BOX_ACT, "cpu", units=UNITS, single_forward_pass=kind == "shared-sfp")
     return {"policy": model, "value": model}
 
@@ -279,7 +276,7 @@ def test_the_bound_loss_brings_a_runaway_policy_mean_back_and_scale_0_is_skrls_u
     def runaway() -> dict:
         models = make_models("shared-sfp")
         with torch.no_grad():
-            models["policy"].policy_head.bias.fill_(4.0)
+            models["policy"].policy_head.linear.bias.fill_(4.0)
         return models
 
     def mean_action(agent) -> float:

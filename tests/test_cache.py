@@ -10,7 +10,7 @@ from tolerances import assert_summation_order_close
 from torch import nn
 
 from omni_sfp import SharedActorCritic, SingleForwardPass
-from omni_sfp.sfp.models import make_mlp
+from omni_sfp.sfp.network import make_mlp
 
 OBS, ACT = 6, 2
 
@@ -157,7 +157,7 @@ def test_no_grad_rollout_output_is_never_reused_by_a_grad_call():
     v = value(model, x)
     assert v.requires_grad
     v.sum().backward()
-    assert model.trunk.trunk[0].weight.grad is not None
+    assert model.layers[0].weight.grad is not None
     assert stats(model) == (0, 2, 0)
 
 
@@ -205,7 +205,7 @@ def test_load_state_dict_and_in_place_parameter_edit_invalidate():
         policy_mean(model, x)
         model.load_state_dict(other.state_dict())
         assert torch.equal(value(model, x), model.value_head(uncached_trunk(model, x)))
-        model.trunk.trunk[0].bias.mul_(2.0)
+        model.layers[0].bias.mul_(2.0)
         assert torch.equal(value(model, x), model.value_head(uncached_trunk(model, x)))
     assert stats(model) == (0, 3, 0)
 
@@ -430,10 +430,10 @@ def test_clear_caches_and_invalidate_all_caches_drop_entries():
     x = torch.randn(5, OBS)
     with torch.no_grad():
         value(model, x)
-        model.trunk.trunk[0].weight.data.mul_(2.0)  # a .data write: no version counter sees it
+        model.layers[0].weight.data.mul_(2.0)  # a .data write: no version counter sees it
         assert clear_caches(model) == 1
         assert torch.equal(value(model, x), model.value_head(uncached_trunk(model, x)))
-        model.trunk.trunk[0].weight.data.mul_(2.0)
+        model.layers[0].weight.data.mul_(2.0)
         invalidate_all_caches()
         assert torch.equal(value(model, x), model.value_head(uncached_trunk(model, x)))
         value(model, x)  # nothing changed since: served

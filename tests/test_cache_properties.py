@@ -138,7 +138,7 @@ def models(cache_check: str, trunk: str) -> tuple:
     twin = SharedActorCritic(**kwargs, single_forward_pass=False)
     for model in (cached, twin):
         if trunk == "stochastic":
-            model.trunk.trunk[1], model.trunk.trunk[3] = nn.RReLU(), DropoutELU()
+            model.layers[1], model.layers[3] = nn.RReLU(), DropoutELU()
         elif trunk == "inplace_head":
             model.policy_head = nn.Sequential(nn.ReLU(inplace=True), model.policy_head)
         model.upstream = nn.Parameter(torch.ones(OBS))
@@ -357,7 +357,7 @@ def test_every_output_and_gradient_matches_the_uncached_twin(cache_check, trunk,
             zero()
             with torch.no_grad():
                 for model in (cached, twin):
-                    model.trunk.trunk[0].bias.add_(0.25)  # an in-place edit that skips the optimizer
+                    model.layers[0].bias.add_(0.25)  # an in-place edit that skips the optimizer
         elif kind == "load_state_dict":
             flush()
             zero()

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import torch
-from gymnasium.spaces import Box
+from gymnasium.spaces import Box, Discrete
 from omegaconf import OmegaConf
 
 from omni_sfp.compute.compile_policy import (
@@ -20,8 +20,9 @@ from omni_sfp.compute.compile_policy import (
 from omni_sfp.config import schema
 from omni_sfp.ppo.loop import Progress
 from omni_sfp.run.compose import ConfigError, load_config
-from omni_sfp.run.runner import Runner
-from omni_sfp.sfp.models import GaussianActor, SharedActorCritic
+from omni_sfp.run.runner import Runner, model_trunks
+from omni_sfp.sfp import network
+from omni_sfp.sfp.models import SharedActorCritic, build_models, mlp_models, trunks
 
 COST = CompileCost(compile_s=20.0, saving=0.10, source="hand-made")
 
@@ -52,31 +53,64 @@ def test_explicit_settings_and_unmeasured_devices():
         decide_compile("auto", iterations_left=-1, iteration_s=1.0, device_type="cpu", mixed_precision=False)
 
 
-def test_compile_trunk_compiles_the_mlp_inside_the_cache_in_place_and_keeps_its_parameter_names():
-    model = SharedActorCritic(Box(-1, 1, (3,)), Box(-1, 1, (2,)), "cpu", units=(8,))
-    mlp, names = model.trunk.trunk, list(model.state_dict())
-    compile_trunk(model)  # torch.compile is lazy: nothing is compiled until the first call
-    assert model.trunk.trunk is mlp and is_compiled(mlp)
-    assert list(model.state_dict()) == names  # no "_orig_mod.": checkpoints load into eager models and back
-    separate = GaussianActor(Box(-1, 1, (3,)), Box(-1, 1, (2,)), "cpu", units=(8,))
-    compile_trunk(separate)
-    assert is_compiled(separate.net)
-    with pytest.raises(TypeError, match="no trunk"):
-        compile_trunk(torch.nn.Linear(2, 2))
+CAMERA = {
+    "separate": False,
+    "policy": {
+        "class": "CategoricalMixin",
+        "network": [
+            {"name": "cnn", "input": "OBSERVATIONS", "layers": [{"conv2d": [4, 3]}, "flatten"], "activations": "relu"},
+            {"name": "net", "input": "cnn", "layers": [8], "activations": "elu"},
+        ],
+        "output": "ACTIONS",
+    },
+    "value": {"class": "DeterministicMixin", "network": "same", "output": "ONE"},
+}
+CAMERA["value"]["network"] = CAMERA["policy"]["network"]
+RECURRENT = {
+    **network.mlp_spec([8]),
+    "rnn": {"class": "GRU", "hidden_size": 4, "sequence_length": 2},
+}
+
+
+def every_kind_of_model():
+    """The tuned MLP (shared and separate), a CNN with a Categorical policy, a recurrent trunk: one builder."""
+    box = Box(-1, 1, (3,))
+    yield "mlp", {"policy": SharedActorCritic(box, Box(-1, 1, (2,)), "cpu", units=(8,))}
+    yield "separate", mlp_models(box, Box(-1, 1, (2,)), "cpu", units=(8,), separate=True)
+    yield "cnn", build_models(network.parse(CAMERA), Box(0, 1, (1, 6, 6)), Discrete(3), "cpu")
+    yield "rnn", build_models(network.parse(RECURRENT), box, Box(-1, 1, (2,)), "cpu", num_envs=2)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "separate", "cnn", "rnn"])
+def test_compile_trunk_compiles_every_networks_trunks_in_place_and_keeps_their_parameter_names(kind):
+    models = dict(every_kind_of_model())[kind]
+    names = {role: list(model.state_dict()) for role, model in models.items()}
+    networks = model_trunks(models)
+    assert len(networks) == (2 if kind == "separate" else 1)
+    for trunk in networks:
+        compile_trunk(trunk)  # torch.compile is lazy: nothing is compiled until the first call
+    assert all(is_compiled(trunk) for model in models.values() for trunk in trunks(model))
+    assert {role: list(model.state_dict()) for role, model in models.items()} == names  # no "_orig_mod."
+    with pytest.raises(TypeError, match="not a module"):
+        compile_trunk(lambda x: x)
 
 
 def test_a_copy_of_a_compiled_network_runs_its_own_parameters_and_export_takes_the_eager_forward():
     import copy
 
-    from omni_sfp.run.outputs.export import policy_network
+    from omni_sfp.run.outputs.export import deployed_policy
 
     model = SharedActorCritic(Box(-1, 1, (3,)), Box(-1, 1, (2,)), "cpu", units=(8,))
-    compile_trunk(model)
-    twin = copy.deepcopy(model.trunk.trunk)
-    assert twin.forward.__self__ is twin and twin[0].weight is not model.trunk.trunk[0].weight
-    exported = policy_network(model)[0]
-    assert not is_compiled(exported) and exported[0].weight is model.trunk.trunk[0].weight
-    assert is_compiled(model.trunk.trunk)  # the model itself keeps its compiled forward
+    (trunk,) = trunks(model)
+    compile_trunk(trunk)
+    twin = copy.deepcopy(trunk)
+    assert twin.forward.__self__ is twin and twin.blocks["net"][0].weight is not model.layers[0].weight
+    deployed = deployed_policy(model, None, Box(-1, 1, (2,)))
+    assert not any(is_compiled(module) for module in deployed.modules())
+    assert is_compiled(trunk)  # the model itself keeps its compiled forward
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(deployed(x), model.policy_head(model.trunk.trunk(x)))
 
 
 # ---- the setting: validation (Hydra gives a bool for true/false, a str for auto) --------------------------------
@@ -129,7 +163,7 @@ def test_the_default_cartpole_run_decides_eager_after_two_iterations_and_says_wh
     second, cost = summary.history[1], MEASURED["cpu", runner.cfg.train.mixed_precision]
     assert f"{second.rollout_s + second.update_s:.2f} s x {100 * cost.saving:.1f}% saved" in lines[0]
     assert runner.auto_compile.decision.compile is False and runner.auto_compile.iteration == 2
-    assert not is_compiled(runner.models["policy"].trunk.trunk)
+    assert not any(is_compiled(trunk) for trunk in model_trunks(runner.models))
     notes = (runner.run_dir / "notes.txt").read_text().splitlines()
     assert notes == [runner.cpu_choices.line(), lines[0]]  # the start's CPU choices, then the decision
 
@@ -146,10 +180,8 @@ def test_auto_compiles_every_network_when_the_run_pays_it_back(tmp_path, capsys,
         tune.decision.compile
         and "compiling, 300 iterations x 1.00 s x 10.0% saved = 30.0 s > 20.0 s" in capsys.readouterr().out
     )
-    networks = (
-        [runner.models[role].net for role in ("policy", "value")] if separate else [runner.models["policy"].trunk.trunk]
-    )
-    assert all(is_compiled(network) for network in networks)
+    networks = model_trunks(runner.models)
+    assert len(networks) == (2 if separate else 1) and all(is_compiled(network) for network in networks)
     tune(progress(3, 1.0))  # decided once
     assert capsys.readouterr().out == ""
 
@@ -160,7 +192,7 @@ def test_the_compiled_trunk_stays_only_when_its_iteration_is_measured_clearly_fa
 ):
     monkeypatch.setitem(MEASURED, ("cpu", False), COST)  # the table says compiling pays
     runner = runner_for(tmp_path, "max_iterations=302")
-    tune, network = runner.learner.tune, runner.models["policy"].trunk.trunk
+    tune, (network,) = runner.learner.tune, model_trunks(runner.models)
     tune(progress(1, 9.0))
     tune(progress(2, 1.0))  # decided: compile
     assert tune.decision.compile and is_compiled(network)
@@ -186,9 +218,9 @@ def test_a_run_shorter_than_the_eager_iterations_is_decided_at_its_end(tmp_path,
 
 
 def test_true_compiles_before_training_and_false_never(tmp_path):
-    assert is_compiled(runner_for(tmp_path, "train.models.compile=true").models["policy"].trunk.trunk)
+    assert all(map(is_compiled, model_trunks(runner_for(tmp_path, "train.models.compile=true").models)))
     never = runner_for(tmp_path, "train.models.compile=false")
-    assert never.learner.tune is None and not is_compiled(never.models["policy"].trunk.trunk)
+    assert never.learner.tune is None and not any(map(is_compiled, model_trunks(never.models)))
 
 
 def _has_cpp_compiler() -> bool:

@@ -262,7 +262,7 @@ choices = resolve(Settings(elu_no_grad="torch", elu_autograd="torch", allocator=
 apply(choices, torch.device("cpu"))
 from omni_sfp.compute.device import malloc_tuned
 torch.manual_seed(0)
-from omni_sfp.sfp.models import make_mlp
+from omni_sfp.sfp.network import make_mlp
 net = make_mlp(8, (256, 128))
 optimizer = torch.optim.Adam(net.parameters(), fused=True)
 for step in range(3):

@@ -15,7 +15,7 @@ from omni_sfp.compute.device import keep_freed_memory
 STEPS = """
 import resource, sys, torch
 from omni_sfp.compute.device import keep_freed_memory
-from omni_sfp.sfp.models import make_mlp
+from omni_sfp.sfp.network import make_mlp
 torch.set_num_threads(1)
 applied = keep_freed_memory(torch.device("cpu")) if sys.argv[1] == "keep" else False
 net = make_mlp(4, (256, 128, 64))

@@ -16,7 +16,7 @@ from skrl.resources.preprocessors.torch import RunningStandardScaler
 from torch import nn
 
 from omni_sfp.run.outputs.export import DeployedPolicy, ExportError, deployed_policy, export_policy
-from omni_sfp.sfp.models import GaussianActor, SharedActorCritic
+from omni_sfp.sfp.models import SharedActorCritic, mlp_models
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
@@ -99,10 +99,12 @@ def build(kind: str, obs: int, act: int, bounded: bool):
     action_space = gymnasium.spaces.Box(-bound, bound, (act,), np.float32)
     if kind == "shared":
         policy = SharedActorCritic(observation_space, action_space, "cpu", units=(64, 32), activation="elu")
-        head = policy.policy_head
     else:
-        policy = GaussianActor(observation_space, action_space, "cpu", units=(48, 48, 16), activation="tanh")
-        head = policy.net[-1]
+        models = mlp_models(
+            observation_space, action_space, "cpu", units=(48, 48, 16), activation="tanh", separate=True
+        )
+        policy = models["policy"]
+    head = policy.policy_head.linear
     with torch.no_grad():
         head.weight.mul_(300.0)  # a trained policy's actions reach the bounds: make these do too
     return policy, action_space
@@ -165,7 +167,7 @@ def test_export_copies_the_model_and_refuses_what_it_cannot_export(tmp_path):
     with torch.no_grad():
         next(module.network.parameters()).add_(1.0)
     assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items()), "the export must not alias the model"
-    assert policy.trunk.trunk[0].weight.requires_grad
+    assert policy.layers[0].weight.requires_grad
 
     with pytest.raises(ExportError, match="Gaussian policy for a Discrete action space"):
         deployed_policy(policy, None, gymnasium.spaces.Discrete(3))
@@ -180,6 +182,7 @@ def test_spec_built_policies_export_their_deterministic_actions(tmp_path, kind):
     import gymnasium
     import onnxruntime
 
+    from omni_sfp.sfp import models as sfp_models
     from omni_sfp.sfp import network
     from tests.test_network import CAMERA_MODELS
 
@@ -193,7 +196,7 @@ def test_spec_built_policies_export_their_deterministic_actions(tmp_path, kind):
         models = network.default_spec(
             obs, act, units=[16], activation="elu", separate=False, initial_log_std=0, task="t"
         )
-    policy = network.build_models(network.parse(models), obs, act, torch.device("cpu"))["policy"]
+    policy = sfp_models.build_models(network.parse(models), obs, act, torch.device("cpu"))["policy"]
     x = torch.randn(5, gymnasium.spaces.flatdim(obs))
     with torch.no_grad():
         _, outputs = policy.act({"observations": x}, role="policy")
@@ -212,7 +215,8 @@ def test_spec_built_policies_export_their_deterministic_actions(tmp_path, kind):
 def test_a_recurrent_policy_exports_its_hidden_state_as_an_input_and_an_output(tmp_path, cls):
     """``(observations, h_in[, c_in]) -> (actions, h_out[, c_out])``: stepping either file through an episode, the
     state of each step fed to the next, gives the live model's deterministic actions with its normaliser."""
-    from omni_sfp.sfp import network, recurrent
+    from omni_sfp.sfp import models as sfp_models
+    from omni_sfp.sfp import network
 
     pytest.importorskip("onnxruntime", reason="pip install omni-sfp[export]")
     import onnxruntime
@@ -227,7 +231,7 @@ def test_a_recurrent_policy_exports_its_hidden_state_as_an_input_and_an_output(t
         }
     )
     torch.manual_seed(0)
-    policy = recurrent.build_models(spec, obs, act, torch.device("cpu"), num_envs=4)["policy"]
+    policy = sfp_models.build_models(spec, obs, act, torch.device("cpu"), num_envs=4)["policy"]
     scaler = RunningStandardScaler(size=obs, device="cpu")
     scaler(torch.randn(64, 3) * 2 + 1, train=True)
     exported = export_policy(policy, scaler, act, tmp_path)

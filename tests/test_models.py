@@ -5,7 +5,7 @@ import torch
 from ppo_driver import BOX_ACT, BOX_OBS, make_agent, run
 
 from omni_sfp import SharedActorCritic
-from omni_sfp.sfp.models import GaussianActor, ValueCritic
+from omni_sfp.sfp.models import mlp_models
 
 
 def shared(cache_check: str) -> SharedActorCritic:
@@ -71,14 +71,48 @@ def test_act_roles():
 
 def test_separate_models_train_in_ppo():
     torch.manual_seed(0)
-    policy, value = (
-        GaussianActor(BOX_OBS, BOX_ACT, "cpu", units=(16,)),
-        ValueCritic(BOX_OBS, BOX_ACT, "cpu", units=(16,)),
-    )
+    models = mlp_models(BOX_OBS, BOX_ACT, "cpu", units=(16,), separate=True)
+    policy, value = models["policy"], models["value"]
     before = [p.clone() for p in policy.parameters()]
     losses = run(make_agent({"policy": policy, "value": value}), steps=8)
     assert len(losses) == 1 and all(torch.isfinite(torch.tensor(losses)))
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def _old_names(state: dict, role: str | None) -> dict:
+    """``state`` under the names omni-sfp's MLP models had before the MLP became a spec: ``SharedActorCritic``'s
+    ``trunk.trunk.<i>``, ``policy_head``, ``value_head`` (``role=None``); a separate model's ``net.0.<i>``, ``net.1``."""
+    old = {}
+    for key, value in state.items():
+        if role is None and key.startswith("value_trunk."):
+            continue  # the same tensors as the policy's: one trunk under one name
+        key = key.replace("policy_trunk.trunk.net.blocks.net.", "trunk.trunk.")
+        key = key.replace(f"{role}_trunk.net.blocks.net.", "net.0.").replace(f"{role}_head.linear.", "net.1.")
+        old[key.replace("_head.linear.", "_head.")] = value
+    return old
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_a_checkpoint_of_the_mlp_before_it_became_a_spec_loads(separate):
+    torch.manual_seed(0)
+    saved = mlp_models(BOX_OBS, BOX_ACT, "cpu", units=(16, 8), separate=separate)
+    torch.manual_seed(1)
+    fresh = mlp_models(BOX_OBS, BOX_ACT, "cpu", units=(16, 8), separate=separate)
+    obs = {"observations": torch.randn(5, 6)}
+    for role in ("policy", "value"):
+        state = _old_names(saved[role].state_dict(), role if separate else None)
+        assert not any("blocks" in key or "linear" in key for key in state)
+        fresh[role].load_state_dict(state)  # strict: every name is found
+        with torch.no_grad():
+            expected, expected_outputs = saved[role].act(obs, role=role)
+            actual, actual_outputs = fresh[role].act(obs, role=role)
+        if role == "policy":
+            expected, actual = expected_outputs["mean_actions"], actual_outputs["mean_actions"]
+        assert torch.equal(actual, expected)
+        for (name, a), (_, b) in zip(fresh[role].named_parameters(), saved[role].named_parameters()):
+            assert torch.equal(a, b), name
+    if not separate:  # one trunk: both roles' names hold the same tensors after loading
+        assert fresh["policy"].policy_trunk.trunk is fresh["policy"].value_trunk.trunk
 
 
 def test_bad_layer_spec_is_refused():
@@ -88,7 +122,23 @@ def test_bad_layer_spec_is_refused():
         SharedActorCritic(BOX_OBS, BOX_ACT, "cpu", units=[])
 
 
-@pytest.mark.parametrize("cls", [SharedActorCritic, GaussianActor, ValueCritic])
+def shared_mlp(*args, **kwargs):
+    return SharedActorCritic(*args, **kwargs)
+
+
+def separate_policy(*args, **kwargs):
+    return mlp_models(*args, **kwargs, separate=True)["policy"]
+
+
+def separate_value(observation_space, action_space, device, *, units=(256, 128, 64), init="orthogonal"):
+    """The separate value model alone (mlp_models builds the policy first, which draws from the same seed)."""
+    from omni_sfp.sfp import network
+
+    spec = network.parse(network.mlp_spec(units, separate=True))
+    return network.SpecValue(spec, observation_space, action_space, device, init=init)
+
+
+@pytest.mark.parametrize("cls", [shared_mlp, separate_policy, separate_value])
 def test_init_torch_is_nn_linears_default_and_orthogonal_is_orthogonal(cls):
     """``init="torch"`` keeps nn.Linear's own draw (what skrl's instantiators and rl_games' default initializer
     train with: the same seed gives the same weights as plain nn.Linear layers); ``"orthogonal"`` gives
@@ -212,7 +262,7 @@ def test_the_mlp_trunk_keeps_one_activation_per_layer_for_the_backward(monkeypat
 
     from omni_sfp.compute import kernels
     from omni_sfp.compute.kernels import ELU
-    from omni_sfp.sfp.models import make_mlp
+    from omni_sfp.sfp.network import make_mlp
 
     monkeypatch.setattr(kernels, "_elu_kernels", {"no_grad": "torch", "autograd": "torch"})
 
@@ -252,6 +302,7 @@ def test_the_network_builders_elus_write_over_their_layers_outputs_never_over_th
 
     from omni_sfp.compute.kernels import ELU
     from omni_sfp.sfp import network
+    from omni_sfp.sfp.models import build_models
 
     trunk = [
         {"name": "features", "input": "OBSERVATIONS", "layers": [{"conv2d": [4, 2]}, "flatten"], "activations": "elu"},
@@ -263,7 +314,7 @@ def test_the_network_builders_elus_write_over_their_layers_outputs_never_over_th
         "value": {"class": "DeterministicMixin", "network": trunk, "output": "ONE"},
     }
     obs = spaces.Box(-1, 1, (2, 5, 5))
-    model = network.build_models(network.parse(models), obs, spaces.Box(-1, 1, (2,)), torch.device("cpu"))["policy"]
+    model = build_models(network.parse(models), obs, spaces.Box(-1, 1, (2,)), torch.device("cpu"))["policy"]
     elus = [m for m in model.modules() if isinstance(m, ELU)]
     assert len(elus) == 3 and all(m.inplace for m in elus)
     x = torch.randn(4, 2, 5, 5) - 1.0  # mostly negative: an ELU written over them would change them

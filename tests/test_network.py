@@ -11,6 +11,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from omni_sfp.sfp import models as sfp_models
 from omni_sfp.sfp import network
 from omni_sfp.sfp.network import NetworkSpecError
 
@@ -57,7 +58,7 @@ def test_the_camera_config_builds_the_network_skrl_builds():
     from skrl.utils.model_instantiators.torch import shared_model
 
     spec = network.parse(CAMERA_MODELS)
-    ours = network.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
+    ours = sfp_models.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
     roles = [dict(CAMERA_MODELS["policy"]), dict(CAMERA_MODELS["value"])]
     skrl_model = shared_model(
         observation_space=CAMERA_OBS,
@@ -76,8 +77,8 @@ def test_the_camera_config_builds_the_network_skrl_builds():
 def test_the_shared_trunk_runs_once_and_gives_the_double_pass_result():
     torch.manual_seed(0)
     spec = network.parse(CAMERA_MODELS)
-    cached = network.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
-    double = network.build_models(spec, CAMERA_OBS, BOX1, CPU, single_forward_pass=False)["policy"]
+    cached = sfp_models.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
+    double = sfp_models.build_models(spec, CAMERA_OBS, BOX1, CPU, single_forward_pass=False)["policy"]
     double.load_state_dict(cached.state_dict())
     x = torch.randn(8, 6 * 48 * 48)
     losses = []
@@ -92,7 +93,7 @@ def test_the_shared_trunk_runs_once_and_gives_the_double_pass_result():
     assert torch.equal(losses[0][1], losses[1][1]) and torch.equal(losses[0][2], losses[1][2])
     for a, b in zip(cached.parameters(), double.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
-    assert "for both roles, through the single-forward-pass cache" in network.describe(
+    assert "for both roles, through the single-forward-pass cache" in sfp_models.describe(
         {"policy": cached, "value": cached}
     )
 
@@ -127,7 +128,7 @@ def test_rlgames_cnn_block_builds_the_network_rl_games_builds():
         "mlp": {"units": [512], "activation": "elu", "initializer": {"name": "default"}},
     }
     obs = spaces.Box(0.0, 1.0, (64, 64, 3))  # OIGE's CartpoleCamera: HWC images, which rl_games permutes
-    ours = network.build_models(network.parse(network.from_rlgames(block)), obs, BOX1, CPU)["policy"]
+    ours = sfp_models.build_models(network.parse(network.from_rlgames(block)), obs, BOX1, CPU)["policy"]
     builder = A2CBuilder()
     builder.load(copy.deepcopy(block))
     theirs = builder.build("a2c", actions_num=1, input_shape=(64, 64, 3), num_seqs=1, value_size=1)
@@ -143,8 +144,6 @@ def test_rlgames_rnn_block_builds_rl_games_own_layers(name, before_mlp):
     """OmniIsaacGymEnvs' ShadowHandOpenAI_LSTM block (lstm, before_mlp, layer_norm) and its variants: the same
     parameter shapes as rl_games' own A2CBuilder makes (the recurrent layer, its layer norm, the mlp, the heads)."""
     from rl_games.algos_torch.network_builder import A2CBuilder
-
-    from omni_sfp.sfp import recurrent
 
     block = {
         "separate": False,
@@ -166,7 +165,7 @@ def test_rlgames_rnn_block_builds_rl_games_own_layers(name, before_mlp):
         "before_mlp": before_mlp, "concat_input": False, "layer_norm": True,
     }  # fmt: skip
     obs = gymnasium.spaces.Box(-1, 1, (10,))
-    ours = recurrent.build_models(network.parse(models), obs, BOX1, CPU, num_envs=4)["policy"]
+    ours = sfp_models.build_models(network.parse(models), obs, BOX1, CPU, num_envs=4)["policy"]
     builder = A2CBuilder()
     builder.load(copy.deepcopy(block))
     theirs = builder.build("a2c", actions_num=1, input_shape=(10,), num_seqs=4, value_size=1)
@@ -217,7 +216,7 @@ def test_a_critic_on_states_reads_states_and_shares_nothing():
         central_value={"mlp": {"units": [64, 32], "activation": "elu"}},
     )
     obs, states = spaces.Box(-1, 1, (5,)), spaces.Box(-1, 1, (9,))
-    built = network.build_models(network.parse(models), obs, spaces.Box(-1, 1, (2,)), CPU, state_space=states)
+    built = sfp_models.build_models(network.parse(models), obs, spaces.Box(-1, 1, (2,)), CPU, state_space=states)
     model = built["policy"]
     x, s = torch.randn(4, 5), torch.randn(4, 9)
     value = model.compute({"observations": x, "states": s}, role="value")[0]
@@ -226,7 +225,7 @@ def test_a_critic_on_states_reads_states_and_shares_nothing():
     policy = model.compute({"observations": x, "states": s}, role="policy")[0]
     assert torch.equal(policy, model.compute({"observations": x, "states": torch.randn(4, 9)}, role="policy")[0])
     assert model.sfp_stats.hits == 0 and not list(network.sfp_modules(model))
-    assert "nothing shared" in network.describe(built)
+    assert "nothing shared" in sfp_models.describe(built)
 
 
 def test_discrete_actions_get_a_categorical_policy_with_argmax_as_the_deterministic_action():
@@ -234,7 +233,7 @@ def test_discrete_actions_get_a_categorical_policy_with_argmax_as_the_determinis
     models = network.default_spec(
         obs, spaces.Discrete(3), units=[16], activation="elu", separate=False, initial_log_std=0.0, task="t"
     )
-    model = network.build_models(network.parse(models), obs, spaces.Discrete(3), CPU)["policy"]
+    model = sfp_models.build_models(network.parse(models), obs, spaces.Discrete(3), CPU)["policy"]
     x = torch.randn(6, 4)
     actions, outputs = model.act({"observations": x}, role="policy")
     assert actions.shape == (6, 1) and actions.dtype == torch.int64 and int(actions.max()) < 3
@@ -249,7 +248,7 @@ def test_discrete_actions_get_a_categorical_policy_with_argmax_as_the_determinis
 def test_multidiscrete_actions_get_a_multicategorical_policy():
     obs, act = spaces.Box(-1, 1, (4,)), spaces.MultiDiscrete([3, 2])
     models = network.default_spec(obs, act, units=[16], activation="elu", separate=True, initial_log_std=0, task="t")
-    built = network.build_models(network.parse(models), obs, act, CPU)
+    built = sfp_models.build_models(network.parse(models), obs, act, CPU)
     actions, outputs = built["policy"].act({"observations": torch.randn(5, 4)}, role="policy")
     assert actions.shape == (5, 2) and bool((actions[:, 0] < 3).all()) and bool((actions[:, 1] < 2).all())
     assert outputs["mean_actions"].shape == (5, 2)
@@ -261,7 +260,7 @@ def test_uint8_images_get_a_small_cnn_that_scales_them_where_they_are():
     models = network.default_spec(obs, BOX1, units=[32], activation="elu", separate=False, initial_log_std=0, task="t")
     extractor = models["policy"]["network"][0]
     assert extractor["input"] == "permute(OBSERVATIONS, (0, 3, 1, 2)) / 255"
-    model = network.build_models(network.parse(models), obs, BOX1, CPU)["policy"]
+    model = sfp_models.build_models(network.parse(models), obs, BOX1, CPU)["policy"]
     pixels = torch.randint(0, 256, (2, 16 * 16 * 3)).float()
     a = model.compute({"observations": pixels}, role="value")[0]
     trunk = model.policy_trunk.trunk.net
@@ -270,11 +269,9 @@ def test_uint8_images_get_a_small_cnn_that_scales_them_where_they_are():
     torch.testing.assert_close(a, expected)
 
 
-def test_flat_box_in_and_out_keeps_the_tuned_mlp_models():
-    assert (
-        network.default_spec(BOX1, BOX1, units=[8], activation="elu", separate=False, initial_log_std=0, task="t")
-        is None
-    )
+def test_flat_box_in_and_out_gets_the_tuned_mlp_as_a_spec():
+    models = network.default_spec(BOX1, BOX1, units=[8], activation="elu", separate=False, initial_log_std=0, task="t")
+    assert models == network.mlp_spec([8], "elu") and network.plain_mlp(network.parse(models)) == ([8], "elu")
 
 
 @pytest.mark.parametrize(
@@ -300,7 +297,7 @@ def test_a_critic_reads_an_entry_of_a_dict_state():
     policy = [{"name": "net", "input": "OBSERVATIONS", "layers": [8], "activations": "elu"}]
     value = [{"name": "critic", "input": 'STATES["privileged"]', "layers": [6], "activations": "elu"}]
     spec = network.parse({"policy": {"network": policy}, "value": {"network": value}})
-    model = network.build_models(spec, BOX1, BOX1, CPU, state_space=state)["policy"]
+    model = sfp_models.build_models(spec, BOX1, BOX1, CPU, state_space=state)["policy"]
     assert model.value_trunk.net.blocks["critic"][0].in_features == 3
     states = torch.tensor([[1.0, 0.0, 0.5, -0.5, 0.25], [0.0, 1.0, 0.5, -0.5, 0.25]])  # sorted keys: contacts first
     values, _ = model.compute({"observations": torch.zeros(2, 1), "states": states}, role="value")
@@ -327,14 +324,14 @@ def test_input_expressions_of_isaac_lab_configs():
     spec = network.parse(
         {"policy": {"network": trunk, "output": "ACTIONS"}, "value": {"network": trunk, "output": "ONE"}}
     )
-    model = network.build_models(spec, obs, BOX1, CPU)["policy"]
+    model = sfp_models.build_models(spec, obs, BOX1, CPU)["policy"]
     flat = torch.randn(3, gymnasium.spaces.flatdim(obs))
     assert model.compute({"observations": flat}, role="policy")[0].shape == (3, 1)
     assert model.policy_trunk.trunk.net.blocks["net"][0].in_features == 4 * 3 * 3 + 2
 
     one_hot = [{"name": "net", "input": "one_hot_encoding(OBSERVATION_SPACE, OBSERVATIONS)", "layers": [8]}]
     spec = network.parse({"policy": {"network": one_hot}, "value": {"network": one_hot}})
-    model = network.build_models(spec, spaces.Discrete(5), BOX1, CPU)["policy"]
+    model = sfp_models.build_models(spec, spaces.Discrete(5), BOX1, CPU)["policy"]
     assert model.policy_trunk.trunk.net.blocks["net"][0].in_features == 5
     assert model.compute({"observations": torch.tensor([[1.0], [4.0]])}, role="value")[0].shape == (2, 1)
 
@@ -354,7 +351,7 @@ def test_input_expressions_of_isaac_lab_configs():
 def test_specs_it_cannot_build_are_refused_in_one_line(container, message):
     with pytest.raises(NetworkSpecError, match=message) as error:
         spec = network.parse({"policy": {"network": [container]}, "value": {"network": [container]}})
-        network.build_models(spec, spaces.Box(-1, 1, (4,)), BOX1, CPU)
+        sfp_models.build_models(spec, spaces.Box(-1, 1, (4,)), BOX1, CPU)
     assert "\n" not in str(error.value)
 
 
@@ -366,7 +363,7 @@ def test_a_class_that_does_not_fit_the_action_space_is_refused():
         }
     )
     with pytest.raises(NetworkSpecError, match="Discrete action space"):
-        network.build_models(spec, spaces.Box(-1, 1, (4,)), BOX1, CPU)
+        sfp_models.build_models(spec, spaces.Box(-1, 1, (4,)), BOX1, CPU)
 
 
 def test_plain_mlp_specs_are_recognised():
@@ -395,11 +392,11 @@ def test_isaac_lab_3s_mlp_with_skrls_log_std_bounds_spelled_out_is_the_plain_mlp
 
 def test_a_spec_model_survives_deepcopy_and_state_dict_round_trip():
     spec = network.parse(CAMERA_MODELS)
-    model = network.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
+    model = sfp_models.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
     x = torch.randn(2, 6 * 48 * 48)
     model.act({"observations": x}, role="policy")  # leaves a distribution holding a graph
     twin = copy.deepcopy(model)
-    fresh = network.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
+    fresh = sfp_models.build_models(spec, CAMERA_OBS, BOX1, CPU)["policy"]
     fresh.load_state_dict(twin.state_dict())
     with torch.no_grad():
         assert torch.equal(

@@ -15,6 +15,7 @@ from skrl.utils.spaces.torch import flatten_tensorized_space, tensorize_space
 from omni_sfp.ppo.scaler import StandardScaler, flat_parts_of
 from omni_sfp.run.compose import load_config
 from omni_sfp.run.runner import Runner, observation_normalization
+from omni_sfp.sfp import models as sfp_models
 from omni_sfp.sfp import network
 
 TASK = "gym:OmniSfpTests/ShowTheTarget-v0"
@@ -160,7 +161,7 @@ def test_the_cache_keys_the_flat_tensor_of_a_dict(tmp_path):
             task="t",
         )
     )
-    model = network.build_models(spec, space, spaces.MultiDiscrete([3, 3]), torch.device("cpu"))["policy"]
+    model = sfp_models.build_models(spec, space, spaces.MultiDiscrete([3, 3]), torch.device("cpu"))["policy"]
     x = torch.rand(4, 147)
     with torch.no_grad():
         model.act({"observations": x}, role="policy")

@@ -25,7 +25,8 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from omni_sfp.config.schema import ConfigError
 from omni_sfp.ppo.agent import SFPPPO
 from omni_sfp.ppo.minibatches import sequence_order
-from omni_sfp.sfp import network, recurrent
+from omni_sfp.sfp import models as sfp_models
+from omni_sfp.sfp import network
 
 OBS, ACT, ENVS = 6, 2, 8
 BOX_OBS = gymnasium.spaces.Box(-10, 10, (OBS,))
@@ -75,7 +76,7 @@ def spec(
 
 def make_models(cls: str = "LSTM", cache_check: str = "auto", **options) -> dict:
     torch.manual_seed(7)
-    return recurrent.build_models(
+    return sfp_models.build_models(
         spec(cls, **options), BOX_OBS, BOX_ACT, torch.device("cpu"), num_envs=ENVS, cache_check=cache_check
     )
 

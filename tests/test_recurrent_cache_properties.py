@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tolerances import summation_order_bound
 
-from omni_sfp.sfp import network, recurrent
+from omni_sfp.sfp import models as sfp_models
+from omni_sfp.sfp import network
 from omni_sfp.sfp.cache import SingleForwardPass
 
 OBS, ACT, ENVS, LENGTH, HIDDEN = 3, 2, 2, 3, 4
@@ -81,7 +82,7 @@ def models(cache_check: str, kind: tuple[str, bool]):
 
     def build(check: str):
         torch.manual_seed(0)
-        model = recurrent.build_models(
+        model = sfp_models.build_models(
             spec, box(-1, 1, (OBS,)), box(-1, 1, (ACT,)), torch.device("cpu"), num_envs=ENVS, cache_check=check
         )
         return model["policy"]

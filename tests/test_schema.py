@@ -159,11 +159,12 @@ def test_the_panel_accepts_exactly_what_validation_accepts_for_the_seed():
 
 
 def test_each_constant_is_defined_once():
-    from omni_sfp.sfp import cache, models
+    from omni_sfp.sfp import cache, network
 
     assert cache.CACHE_CHECKS is schema.CACHE_CHECKS is panel_model.CACHE_CHECKS
-    assert list(models.ACTIVATIONS) == list(schema.ACTIVATIONS)
-    assert all(models.ACTIVATIONS[name].__name__ == cls for name, cls in schema.ACTIVATIONS.items())
+    assert network.INITS is schema.INITS
+    assert list(network.ACTIVATIONS) == list(schema.ACTIVATIONS)
+    assert all(network.ACTIVATIONS[name].__name__ == cls for name, cls in schema.ACTIVATIONS.items())
     assert schema.setting("train.models.activation").choices == tuple(schema.ACTIVATIONS)
 
 

@@ -19,6 +19,7 @@ from omni_sfp.ppo.agent import SFPPPO
 from omni_sfp.ppo.minibatches import Minibatch
 from omni_sfp.ppo.step import DeviceLearningRate
 from omni_sfp.run.compose import ConfigError, load_config
+from omni_sfp.sfp import models as sfp_models
 from omni_sfp.sfp import network
 from omni_sfp.sfp.models import SharedActorCritic
 
@@ -84,7 +85,7 @@ def spec_model():
         }
     )
     torch.manual_seed(7)
-    models = network.build_models(spec, BOX_OBS, gymnasium.spaces.Discrete(3), torch.device("cpu"))
+    models = sfp_models.build_models(spec, BOX_OBS, gymnasium.spaces.Discrete(3), torch.device("cpu"))
     return models["policy"]
 
 
@@ -197,7 +198,7 @@ def test_inside_a_traced_call_every_change_the_key_covers_recompiles_or_misses(c
     if change == "parameters replaced":
         with torch.no_grad():
             for module in (model, twin):
-                module.value_head.weight = torch.nn.Parameter(torch.ones_like(module.value_head.weight))
+                module.value_head.linear.weight = torch.nn.Parameter(torch.ones_like(module.value_head.linear.weight))
     if change == "input changed in place":
         x = x.clone()
         x.mul_(2)
@@ -242,7 +243,7 @@ def test_a_capture_refuses_hooks_graphs_off_cuda_and_the_kl_early_stop_in_one_li
     agent = fused_agent(shared_model())
     with pytest.raises(CaptureError, match="^the PPO step cannot be captured: CUDA graphs need a CUDA device"):
         agent.set_capture("graph")
-    handle = agent.policy.trunk.trunk[0].register_forward_hook(lambda *args: None)
+    handle = agent.policy.layers[0].register_forward_hook(lambda *args: None)
     with pytest.raises(CaptureError, match="a module hook is registered"):
         agent.set_capture("compile")
     handle.remove()
@@ -257,7 +258,7 @@ def test_a_capture_refuses_hooks_graphs_off_cuda_and_the_kl_early_stop_in_one_li
 class DropoutTrunk(SharedActorCritic):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.trunk.trunk.append(torch.nn.Dropout(0.5))
+        self.layers.append(torch.nn.Dropout(0.5))
 
 
 def test_a_trunk_that_draws_random_numbers_is_not_captured_after_its_eager_step_shows_it():

@@ -32,7 +32,7 @@ from torch import nn
 from omni_sfp.bench.configs import Row, Work, kernels_info
 from omni_sfp.compute.cpu_choices import CPUChoices, Settings, apply, resolve
 from omni_sfp.compute.optim import clip_and_step
-from omni_sfp.sfp.models import make_mlp
+from omni_sfp.sfp.network import make_mlp
 
 
 class FloorNet(nn.Module):

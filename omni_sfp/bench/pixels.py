@@ -156,9 +156,10 @@ def _skrl_agent(work: PixelWork, mixed: bool, rollout, *, ours: bool, cache_chec
     if ours:
         from omni_sfp.ppo.agent import SFPPPO
         from omni_sfp.sfp import network
+        from omni_sfp.sfp.models import build_models
 
         spec = network.parse(MODELS)
-        model = network.build_models(spec, observation, action, torch.device("cpu"), cache_check=cache_check)["policy"]
+        model = build_models(spec, observation, action, torch.device("cpu"), cache_check=cache_check)["policy"]
         agent = SFPPPO(
             models={"policy": model, "value": model},
             memory=memory,

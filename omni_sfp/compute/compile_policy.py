@@ -101,36 +101,27 @@ def decide_compile(
     )
 
 
-def compile_trunk(model: Any) -> None:
-    """Compile a ``SharedActorCritic``'s MLP inside its cache (the keys stay in Python, the math is fused), or
-    the network of a separate model.
+def compile_trunk(network: Any) -> None:
+    """Compile a trunk's ``forward`` in place (``omni_sfp.sfp.models.trunks`` lists a model's: inside the cache,
+    so its keys stay in Python and the math is fused; any spec-built network, the tuned MLP among them).
 
     The network stays where it is and only its ``forward`` is compiled, so its parameter names, and so the
     checkpoints, are those of the eager model: a run that ``auto`` compiled resumes or plays eager or compiled
     alike (``torch.compile(module)`` would add ``_orig_mod.`` to every name; ``nn.Module.compile()`` traces
     nothing in torch 2.13, whose dynamo skips ``Module._call_impl``). The method is bound to the network, so a
-    ``copy.deepcopy`` of it runs the copy's parameters (omni_sfp.run.outputs.export copies the eager one).
+    ``copy.deepcopy`` of it runs the copy's parameters (omni_sfp.run.outputs.export strips it from its copy).
     """
     import torch
 
-    network = _network(model)
+    if not isinstance(network, torch.nn.Module):
+        raise TypeError(f"{type(network).__name__} is not a module to compile")
     network.forward = types.MethodType(torch.compile(type(network).forward), network)
 
 
-def uncompile_trunk(model: Any) -> None:
+def uncompile_trunk(network: Any) -> None:
     """Undo :func:`compile_trunk`: the network's own (eager) ``forward`` again."""
-    network = _network(model)
     if is_compiled(network):
         del network.forward
-
-
-def _network(model: Any) -> Any:
-    cache = getattr(model, "trunk", None)
-    if cache is not None and hasattr(cache, "trunk"):
-        return cache.trunk
-    if hasattr(model, "net"):
-        return model.net
-    raise TypeError(f"{type(model).__name__} has no trunk to compile")
 
 
 def is_compiled(network: Any) -> bool:
@@ -249,24 +240,24 @@ class MeasuredSwitch:
 class AutoCompile(MeasuredSwitch):
     """``train.models.compile=auto``: compiles the models' trunks (:func:`compile_trunk`).
 
-    :param models: the agent's models (one object when policy and value share it).
+    :param networks: the trunks to compile (``omni_sfp.sfp.models.trunks`` of each model).
     """
 
     name = "train.models.compile"
     costs = MEASURED
     kept_text = "compiled trunk kept"
 
-    def __init__(self, models: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, networks: list[Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.models = list(dict.fromkeys(models.values()))
+        self.networks = list(networks)
 
     def turn_on(self) -> None:
-        for model in self.models:
-            compile_trunk(model)
+        for network in self.networks:
+            compile_trunk(network)
 
     def turn_off(self) -> None:
-        for model in self.models:
-            uncompile_trunk(model)
+        for network in self.networks:
+            uncompile_trunk(network)
 
 
 # What capturing the PPO step costs once and saves per iteration. CPU: measured by the benchmark (the

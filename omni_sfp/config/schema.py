@@ -43,7 +43,7 @@ INITS: tuple[str, ...] = ("orthogonal", "torch", "torch_zero_bias")
 # or omni_sfp.compute.device.keep_freed_memory.
 ELU_CHOICES: tuple[str, ...] = ("auto", "torch", "fast")
 ALLOCATOR_CHOICES: tuple[str, ...] = ("auto", "keep_freed", "glibc")
-# activation name -> the torch.nn class that omni_sfp.sfp.models builds for it
+# activation name -> the torch.nn class that omni_sfp.sfp.network builds for it
 ACTIVATIONS: dict[str, str] = {
     "elu": "ELU",
     "relu": "ReLU",

@@ -43,8 +43,8 @@ from omni_sfp.run.folder import (
 from omni_sfp.run.outputs.base import RunContext, RunOutput, check_config, outputs_for
 from omni_sfp.run.outputs.evaluation import FinalEvaluation, evaluate_agent
 from omni_sfp.run.progress import ProgressOutput, Summary
-from omni_sfp.sfp import network, recurrent
-from omni_sfp.sfp.models import GaussianActor, SharedActorCritic, ValueCritic
+from omni_sfp.sfp import models as sfp_models
+from omni_sfp.sfp import network
 
 OutputT = TypeVar("OutputT", bound=RunOutput)
 
@@ -56,9 +56,9 @@ def rewards_scaler(scale: float) -> Callable:
     return shape
 
 
-def network_spec(cfg: DictConfig, env) -> network.NetworkSpec | None:
+def network_spec(cfg: DictConfig, env) -> network.NetworkSpec:
     """The spec the task trains with: ``train.models.network`` (the registered network, or the user's), else our
-    default for the task's spaces; None for a flat ``Box`` in and out, which trains with the tuned MLP models.
+    default for the task's spaces (the tuned MLP of ``units`` on a flat ``Box``).
 
     :raises network.NetworkSpecError: a spec that does not fit, or a space no default covers (one line).
     """
@@ -75,62 +75,33 @@ def network_spec(cfg: DictConfig, env) -> network.NetworkSpec | None:
             initial_log_std=m.initial_log_std,
             task=cfg.task.name,
         )
-        if models is None:
-            return None
     return dataclasses.replace(network.parse(models), separate=bool(m.separate))  # one key decides: models.separate
 
 
 def build_models(cfg: DictConfig, env, device: torch.device) -> dict[str, Any]:
+    """The task's models through the one builder (:func:`omni_sfp.sfp.models.build_models`);
+    ``train.models.compile=true`` compiles their trunks now (``auto`` decides later: Runner, AutoCompile)."""
     m = cfg.train.models
-    spec = network_spec(cfg, env)
-    if spec is not None and spec.rnn is not None:  # a recurrent trunk: skrl's RNN protocol (PPO_RNN's semantics)
-        return recurrent.build_models(
-            spec,
-            env.observation_space,
-            env.action_space,
-            device,
-            num_envs=env.num_envs,
-            state_space=getattr(env, "state_space", None),
-            init=m.init,
-            single_forward_pass=cfg.train.sfp.enabled,
-            cache_check=cfg.train.sfp.cache_check,
-        )
-    if spec is not None:
-        return network.build_models(
-            spec,
-            env.observation_space,
-            env.action_space,
-            device,
-            state_space=getattr(env, "state_space", None),
-            init=m.init,
-            single_forward_pass=cfg.train.sfp.enabled,
-            cache_check=cfg.train.sfp.cache_check,
-        )
-    units = list(m.units)
-    if m.separate:
-        kwargs = {"units": units, "activation": m.activation, "init": m.init}
-        policy = GaussianActor(
-            env.observation_space, env.action_space, device, initial_log_std=m.initial_log_std, **kwargs
-        )
-        value = ValueCritic(env.observation_space, env.action_space, device, **kwargs)
-        models = {"policy": policy, "value": value}
-    else:
-        model = SharedActorCritic(
-            env.observation_space,
-            env.action_space,
-            device,
-            units=units,
-            activation=m.activation,
-            init=m.init,
-            single_forward_pass=cfg.train.sfp.enabled,
-            cache_check=cfg.train.sfp.cache_check,
-            initial_log_std=m.initial_log_std,
-        )
-        models = {"policy": model, "value": model}
-    if m.compile is True:  # before training; auto decides later (Runner, compile_policy.AutoCompile)
-        for model in dict.fromkeys(models.values()):
-            compile_trunk(model)  # a shared model: the MLP inside the cache (its keys stay in Python)
+    models = sfp_models.build_models(
+        network_spec(cfg, env),
+        env.observation_space,
+        env.action_space,
+        device,
+        num_envs=env.num_envs,
+        state_space=getattr(env, "state_space", None),
+        init=m.init,
+        single_forward_pass=cfg.train.sfp.enabled,
+        cache_check=cfg.train.sfp.cache_check,
+    )
+    if m.compile is True:
+        for trunk in model_trunks(models):
+            compile_trunk(trunk)  # inside the cache: its keys stay in Python
     return models
+
+
+def model_trunks(models: dict[str, Any]) -> list[torch.nn.Module]:
+    """Every trunk of the agent's models, once (a shared model is both roles)."""
+    return [trunk for model in dict.fromkeys(models.values()) for trunk in sfp_models.trunks(model)]
 
 
 def observation_normalization(cfg: DictConfig, env) -> bool:
@@ -278,8 +249,7 @@ class Runner:
             self.env = output.wrap_env(self.env, self.outputs_dir)
         self.models = build_models(cfg, self.env, self.device)
         if self.rank == 0:
-            describe = recurrent.describe if recurrent.is_recurrent(self.models["policy"]) else network.describe
-            print(f"[omni_sfp] network: {describe(self.models)}", flush=True)
+            print(f"[omni_sfp] network: {sfp_models.describe(self.models)}", flush=True)
         self.agent = build_agent(cfg, self.env, self.models, self.device, self.run_dir)
         self.learner = Learner(self.env, self.agent, iterations=max_iterations(cfg), log=self._log)
         self.checkpoints = Checkpoints(cfg, self.learner, self.run_dir)  # reads the learner's position
@@ -300,10 +270,9 @@ class Runner:
             self.auto_capture = AutoCapture(self.agent, record=self._record_capture, **switch)
             self.agent.capture_fallback = switch["report"] or (lambda reason: None)
             self.learner.tune = self.auto_capture  # the captured step compiles the trunk with the rest
-        compilable = all(isinstance(m, SharedActorCritic | GaussianActor | ValueCritic) for m in self.models.values())
-        compile_auto = cfg.train.models.compile == "auto" and not cfg.test and compilable  # spec networks: eager
+        compile_auto = cfg.train.models.compile == "auto" and not cfg.test
         if compile_auto and self.auto_capture is None and self.agent.capture == "off":
-            self.auto_compile = AutoCompile(self.models, **switch)
+            self.auto_compile = AutoCompile(model_trunks(self.models), **switch)
             self.learner.tune = self.auto_compile
         self.context = RunContext(  # what the outputs read of this run
             cfg=cfg,

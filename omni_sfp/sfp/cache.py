@@ -537,8 +537,8 @@ def _graph_freed(node, limit: int = 64) -> bool:
                 field = name[len("_raw_saved_") :]
                 try:  # built-in nodes read it as _saved_<field>, custom autograd.Function nodes as saved_tensors
                     getattr(node, "_saved_" + field) if hasattr(type(node), "_saved_" + field) else node.saved_tensors
-                except RuntimeError:
-                    return True
+                except RuntimeError as error:  # freed, or modified in place (autograd reports that one itself)
+                    return "freed" in str(error)
                 return False  # a saved tensor is still readable: the graph is retained
         queue.extend(child for child, _ in node.next_functions)
     return False

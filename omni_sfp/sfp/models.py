@@ -1,69 +1,128 @@
-"""skrl 2 models: the shared actor-critic whose trunk goes through the single-forward-pass cache, and the
-separate actor and critic used as the ``models.separate=true`` baseline."""
+"""skrl models from a network spec, through one builder: :func:`build_models` takes every spec (our tuned MLP,
+a CNN, a Dict-observation network, a recurrent trunk, shared or separate), so every network gets the same weight
+init, the same cache controls, compiles the same way (:func:`trunks`) and exports the same way
+(:func:`deterministic_policy`).
+
+:class:`SharedActorCritic` is the tuned MLP as a library class: the shared model of :func:`omni_sfp.sfp.network.mlp_spec`,
+for code that builds a model by hand (``SharedActorCritic(observation_space, action_space, device, units=...)``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import gymnasium
 import torch
-from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
+from skrl.models.torch import Model
 from torch import nn
 
-from omni_sfp.compute.kernels import ELU
-from omni_sfp.config import schema
-from omni_sfp.sfp.cache import CacheCheck, SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
-
-ACTIVATIONS: dict[str, type[nn.Module]] = {name: getattr(nn, cls) for name, cls in schema.ACTIVATIONS.items()}
-ACTIVATIONS["elu"] = ELU
-INITS = schema.INITS
+from omni_sfp.sfp import network, recurrent
+from omni_sfp.sfp.cache import CacheCheck, sfp_modules
+from omni_sfp.sfp.network import NetworkSpec, NetworkSpecError, Trunk
 
 
-def _linear(in_features: int, out_features: int, init: str, gain: float) -> nn.Linear:
-    """``init="orthogonal"``: orthogonal weights of ``gain``, zero bias (PPO practice); ``"torch"``: nn.Linear's
-    own default (skrl's model instantiators); ``"torch_zero_bias"``: its weights with zero biases (rl_games'
-    ``initializer: default``, network_builder.py zeroes every Linear's bias)."""
-    if init not in INITS:
-        raise ValueError(f"init={init!r} is not one of {', '.join(INITS)}")
-    linear = nn.Linear(in_features, out_features)
-    if init == "orthogonal":
-        nn.init.orthogonal_(linear.weight, gain=gain)
-    if init != "torch":
-        nn.init.zeros_(linear.bias)
-    return linear
+def build_models(
+    spec: NetworkSpec,
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    device: str | torch.device,
+    *,
+    num_envs: int = 1,
+    state_space: gymnasium.Space | None = None,
+    init: str = "torch",
+    single_forward_pass: bool = True,
+    cache_check: str = "auto",
+) -> dict[str, Model]:
+    """skrl PPO's ``{"policy": ..., "value": ...}`` for ``spec``: one model for both roles, its shared trunk through
+    the single-forward-pass cache, unless the spec is ``separate`` (then a policy model and a value model, nothing
+    cached). A spec with an ``rnn`` block gets :mod:`omni_sfp.sfp.recurrent`'s models (skrl's ``PPO_RNN``
+    protocol; ``num_envs`` sizes their hidden states), and so does a recurrent value that differs from the policy's.
 
+    ``init``: ``train.models.init`` (:mod:`omni_sfp.sfp.network`, "Weights"); ``torch`` is skrl's instantiators'.
 
-def activation_after_layer(name: str, modules: Mapping[str, Callable[[], nn.Module]] = ACTIVATIONS) -> nn.Module:
-    """The activation module ``name`` (of ``modules``) for the output of a linear or convolution layer: the ELU in
-    place (nothing else reads that output; :class:`omni_sfp.compute.kernels.ELU`), any other as it is built."""
-    return ELU(inplace=True) if modules[name] is ELU else modules[name]()
-
-
-def make_mlp(
-    in_features: int, units: Sequence[int], activation: str = "elu", init: str = "orthogonal"
-) -> nn.Sequential:
-    """A plain MLP trunk: Linear + activation per entry of ``units`` (orthogonal gain sqrt(2) by default).
-
-    Its ELUs act in place on their Linear's output (:class:`omni_sfp.compute.kernels.ELU`): nothing else reads
-    that output, and the trunk keeps half the activations for the backward. A forward hook on a Linear sees its
-    output before the ELU overwrites it, as with torch's own in-place activations."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation={activation!r} is not one of {', '.join(ACTIVATIONS)}")
-    if not units or any(int(u) <= 0 for u in units):
-        raise ValueError(f"units={list(units)!r} must be a non-empty list of positive layer sizes")
-    layers: list[nn.Module] = []
-    for size in units:
-        layers += [_linear(in_features, int(size), init, gain=2**0.5), activation_after_layer(activation)]
-        in_features = int(size)
-    return nn.Sequential(*layers)
-
-
-class SharedActorCritic(GaussianMixin, DeterministicMixin, Model):
-    """One trunk, a Gaussian policy head and a value head: pass the same instance as skrl PPO's ``policy``
-    and ``value``. The trunk runs through :class:`SingleForwardPass`, so the second role's call on the same
-    input is served from the cache (``single_forward_pass=False`` or ``cache_check="off"``: double pass).
+    :raises NetworkSpecError: the spec does not fit the task's spaces (one line naming the container).
     """
+    if init not in network.INITS:
+        raise NetworkSpecError(f"train.models.init={init!r} is not one of {', '.join(network.INITS)}")
+    cache_check = cache_check if single_forward_pass else "off"
+    network._policy_size(spec.policy.cls, action_space)  # the action space fits the class: one line if not
+    if spec.rnn is not None:
+        if spec.separate or spec.value.network != spec.policy.network:
+            common = {"num_envs": num_envs, "init": init}
+            policy = recurrent.RECURRENT_POLICIES[spec.policy.cls](
+                spec, observation_space, action_space, device, **common
+            )
+            value = recurrent.RecurrentValue(
+                spec, observation_space, action_space, device, state_space=state_space, **common
+            )
+            return {"policy": policy, "value": value}
+        model = recurrent.RECURRENT_MODELS[spec.policy.cls](
+            spec, observation_space, action_space, device, num_envs=num_envs, init=init, cache_check=cache_check
+        )
+        return {"policy": model, "value": model}
+    if spec.separate:
+        common = {"state_space": state_space, "init": init}
+        policy = network.POLICY_MODELS[spec.policy.cls](spec, observation_space, action_space, device, **common)
+        value = network.SpecValue(spec, observation_space, action_space, device, **common)
+        return {"policy": policy, "value": value}
+    model = network.SHARED_MODELS[spec.policy.cls](
+        spec, observation_space, action_space, device, state_space=state_space, init=init, cache_check=cache_check
+    )
+    return {"policy": model, "value": model}
+
+
+def trunks(model: nn.Module) -> list[Trunk]:
+    """The spec-built trunks in ``model`` (a shared trunk once; a recurrent trunk's containers): what
+    :func:`omni_sfp.compute.compile_policy.compile_trunk` compiles, inside the cache, whatever the network."""
+    return list(dict.fromkeys(module for module in model.modules() if isinstance(module, Trunk)))
+
+
+def deterministic_policy(model: Model) -> nn.Module:
+    """The policy's deterministic path for deployment, outside the cache: a feed-forward policy's
+    :class:`~omni_sfp.sfp.network.DeterministicPolicy` (observations -> actions), a recurrent one's
+    :class:`~omni_sfp.sfp.recurrent.RecurrentDeterministicPolicy` (the hidden state in and out).
+
+    :raises NetworkSpecError: a model this builder did not build, or a policy that reads states.
+    """
+    if recurrent.is_recurrent(model):
+        if not isinstance(model, recurrent._Recurrent) or not hasattr(model, "policy_head"):
+            raise NetworkSpecError(f"cannot export a {type(model).__name__}: not a recurrent policy omni_sfp built")
+        return recurrent.RecurrentDeterministicPolicy(model)
+    if not isinstance(model, network._SpecModel) or not hasattr(model, "policy_head"):
+        raise NetworkSpecError(
+            f"cannot export a {type(model).__name__}: export knows the policies omni_sfp.sfp.models.build_models builds "
+            "(wrap your own model's deterministic path yourself)"
+        )
+    if network._unwrap(model.policy_trunk).source != "observations":
+        raise NetworkSpecError("cannot export a policy that reads states: a deployed policy sees observations only")
+    return network.DeterministicPolicy(model)
+
+
+def describe(models: Mapping[str, Model]) -> str:
+    """One line on what the two roles share, for the start of a run."""
+    policy, value = models["policy"], models["value"]
+    if recurrent.is_recurrent(policy):
+        return recurrent.describe(models)
+    if policy is not value:
+        return "separate policy and value networks: nothing shared, no cache"
+    cached = any(cache.cache_check != "off" for cache in sfp_modules(policy))
+    how = "through the single-forward-pass cache" if cached else "cache off: each role runs it (the double pass)"
+    policy_trunk, value_trunk = network._unwrap(policy.policy_trunk), network._unwrap(policy.value_trunk)
+    if policy.shared:
+        return f"one trunk ({' -> '.join(policy_trunk.order)}) for both roles, {how}; a head per role"
+    if policy_trunk is value_trunk:
+        return "one trunk on observations and states, run by each role: not cached (the cache keys one input)"
+    return (
+        f"nothing shared: the policy reads {policy_trunk.source or 'observations and states'}, the value "
+        f"{value_trunk.source or 'observations and states'} (a trunk each, no cache)"
+    )
+
+
+class SharedActorCritic(network.GaussianSpecActorCritic):
+    """The tuned MLP shared by both roles (:func:`omni_sfp.sfp.network.mlp_spec` through the builder's model): pass
+    the same instance as skrl PPO's ``policy`` and ``value``. The trunk runs through
+    :class:`~omni_sfp.sfp.cache.SingleForwardPass`, so the second role's call on the same input is served from the
+    cache (``single_forward_pass=False`` or ``cache_check="off"``: the double pass)."""
 
     def __init__(
         self,
@@ -82,113 +141,58 @@ class SharedActorCritic(GaussianMixin, DeterministicMixin, Model):
         min_log_std: float = -20.0,
         max_log_std: float = 2.0,
     ) -> None:
-        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
-        GaussianMixin.__init__(
-            self,
-            clip_actions=clip_actions,
-            clip_log_std=clip_log_std,
-            min_log_std=min_log_std,
-            max_log_std=max_log_std,
-            role="policy",
+        if activation not in network.ACTIVATIONS:
+            raise NetworkSpecError(f"activation={activation!r} is not one of {', '.join(network.ACTIVATIONS)}")
+        models = network.mlp_spec(units, activation, initial_log_std=initial_log_std)
+        models["policy"].update(
+            clip_actions=clip_actions, clip_log_std=clip_log_std, min_log_std=min_log_std, max_log_std=max_log_std
         )
-        DeterministicMixin.__init__(self, role="value")
-        self.trunk = SingleForwardPass(
-            make_mlp(self.num_observations, units, activation, init), cache_check if single_forward_pass else "off"
+        spec = network.parse(models, source="SharedActorCritic")
+        super().__init__(
+            spec,
+            observation_space,
+            action_space,
+            device,
+            init=init,
+            cache_check=cache_check if single_forward_pass else "off",
         )
-        self.policy_head = _linear(int(units[-1]), self.num_actions, init, gain=0.01)
-        self.value_head = _linear(int(units[-1]), 1, init, gain=1.0)
-        self.log_std = nn.Parameter(torch.full((self.num_actions,), float(initial_log_std)))
-        self.to(self.device)
-
-    def act(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
-        if role == "policy":
-            return GaussianMixin.act(self, inputs, role=role)
-        if role == "value":
-            return DeterministicMixin.act(self, inputs, role=role)
-        raise ValueError(f"SharedActorCritic plays role 'policy' or 'value', not {role!r}")
-
-    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
-        features = self.trunk(inputs["observations"])
-        if role == "policy":
-            return self.policy_head(features), {"log_std": self.log_std}
-        if role == "value":
-            return self.value_head(features), {}
-        raise ValueError(f"SharedActorCritic plays role 'policy' or 'value', not {role!r}")
-
-    def __getstate__(self) -> dict:
-        """``deepcopy``/``torch.save`` of the model: skip skrl's last policy distribution, which holds the last
-        call's graph (graphs cannot be copied) and is rebuilt by the next ``act``. The cache drops its own entry."""
-        state = super().__getstate__()
-        state["_g_distribution"] = None
-        return state
-
-    def update_parameters(self, model: nn.Module, *, polyak: float = 1.0) -> None:
-        """skrl's target-network update writes through ``.data``, which no version counter sees: drop the
-        cached entries afterwards."""
-        super().update_parameters(model, polyak=polyak)
-        clear_caches(self)
-
-    def clear_sfp_cache(self) -> None:
-        """Drop the cached trunk output (e.g. at an update boundary, or after writing parameters via ``.data``)."""
-        clear_caches(self)
 
     @property
-    def sfp_stats(self) -> SFPStats:
-        """Trunk-call counters of this model's cache: hits, misses, bypasses."""
-        return collect_stats(self)
+    def trunk(self) -> nn.Module:
+        """The trunk's cache (:class:`~omni_sfp.sfp.cache.SingleForwardPass`): ``model.trunk(x)`` goes through it,
+        ``model.trunk.trunk(x)`` does not."""
+        return self.policy_trunk
 
-    def reset_sfp_stats(self) -> None:
-        for module in sfp_modules(self):
-            module.reset_stats()
-
-
-class GaussianActor(GaussianMixin, Model):
-    """The policy of the separate-models baseline (``models.separate=true``): its own trunk, no cache."""
-
-    def __init__(
-        self,
-        observation_space: gymnasium.Space,
-        action_space: gymnasium.Space,
-        device: str | torch.device | None = None,
-        *,
-        units: Sequence[int] = (256, 128, 64),
-        activation: str = "elu",
-        init: str = "orthogonal",
-        initial_log_std: float = 0.0,
-        clip_actions: bool = False,
-    ) -> None:
-        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
-        GaussianMixin.__init__(self, clip_actions=clip_actions, role="policy")
-        self.net = nn.Sequential(
-            make_mlp(self.num_observations, units, activation, init),
-            _linear(int(units[-1]), self.num_actions, init, gain=0.01),
-        )
-        self.log_std = nn.Parameter(torch.full((self.num_actions,), float(initial_log_std)))
-        self.to(self.device)
-
-    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
-        return self.net(inputs["observations"]), {"log_std": self.log_std}
+    @property
+    def layers(self) -> nn.Sequential:
+        """The MLP's layers (Linear, activation, ...), the modules the cache's entry depends on."""
+        return network._unwrap(self.policy_trunk).blocks["net"]
 
 
-class ValueCritic(DeterministicMixin, Model):
-    """The value function of the separate-models baseline: its own trunk, no cache."""
-
-    def __init__(
-        self,
-        observation_space: gymnasium.Space,
-        action_space: gymnasium.Space,
-        device: str | torch.device | None = None,
-        *,
-        units: Sequence[int] = (256, 128, 64),
-        activation: str = "elu",
-        init: str = "orthogonal",
-    ) -> None:
-        Model.__init__(self, observation_space=observation_space, action_space=action_space, device=device)
-        DeterministicMixin.__init__(self, role="value")
-        self.net = nn.Sequential(
-            make_mlp(self.num_observations, units, activation, init), _linear(int(units[-1]), 1, init, gain=1.0)
-        )
-        self.to(self.device)
-
-    def compute(self, inputs: dict[str, Any], role: str = "") -> tuple[torch.Tensor, dict[str, Any]]:
-        return self.net(inputs["observations"]), {}
+def mlp_models(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    device: str | torch.device,
+    *,
+    units: Sequence[int] = (256, 128, 64),
+    activation: str = "elu",
+    separate: bool = False,
+    init: str = "orthogonal",
+    initial_log_std: float = 0.0,
+    single_forward_pass: bool = True,
+    cache_check: str = "auto",
+) -> dict[str, Model]:
+    """The tuned MLP's ``{"policy": ..., "value": ...}`` (shared, or ``separate``), as a run builds them for a flat
+    ``Box`` task from ``train.models.units``, ``activation``, ``separate`` and ``init``."""
+    spec = network.parse(
+        network.mlp_spec(units, activation, separate=separate, initial_log_std=initial_log_std), source="mlp_models"
+    )
+    return build_models(
+        spec,
+        observation_space,
+        action_space,
+        device,
+        init=init,
+        single_forward_pass=single_forward_pass,
+        cache_check=cache_check,
+    )

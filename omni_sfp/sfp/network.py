@@ -1,4 +1,4 @@
-"""Models from a network spec: the network a task's library registered, built once for every source.
+"""Networks as specs: every network omni_sfp trains, our tuned MLP among them, is a spec built by one code path.
 
 One spec format, skrl's YAML model format (the one Isaac Lab registers under ``skrl_cfg_entry_point``)::
 
@@ -7,8 +7,10 @@ One spec format, skrl's YAML model format (the one Isaac Lab registers under ``s
     value:  {class: DeterministicMixin, network: [...], output: ONE}
 
 where each ``network`` entry is a container ``{name, input, layers, activations}``. :func:`from_rlgames` writes
-rl_games' ``network`` block (OmniIsaacGymEnvs) in it, and :func:`default_spec` our defaults for a Gymnasium id,
-chosen by space. :func:`build_models` builds skrl models from a spec with skrl's mixins.
+rl_games' ``network`` block (OmniIsaacGymEnvs) in it, :func:`mlp_spec` our tuned MLP, and :func:`default_spec` our
+network for a Gymnasium id, chosen by space. :class:`Trunk` builds a role's containers (the one place a layer kind
+or an input kind is added); the skrl models here and in :mod:`omni_sfp.sfp.recurrent` put trunks and heads
+together, and :func:`omni_sfp.sfp.models.build_models` picks the model for a spec.
 
 Semantics follow skrl 2.1.1's model instantiators (``skrl/utils/model_instantiators/torch/common.py``): an integer
 layer is a linear layer, ``flatten`` a flatten layer, ``{conv2d: {...}}`` a 2D convolution; the activations go
@@ -18,11 +20,14 @@ after every layer but ``flatten`` (one name for all, or one per layer); inputs a
 ``output`` is ``ACTIONS`` or ``ONE`` (a linear head), optionally wrapped in an activation (``tanh(ACTIONS)``).
 Expressions are parsed once into a small tree of allowed operations: nothing is executed from a string.
 
+Weights (``train.models.init``): ``orthogonal`` gives every hidden layer orthogonal weights of gain sqrt(2), the
+policy head 0.01 and the value head 1, zero biases (PPO practice); ``torch`` keeps torch's default (skrl's
+instantiators); ``torch_zero_bias`` zeroes its biases (rl_games' ``initializer: default``).
+
 Sharing: with ``separate: false`` the containers that both roles define identically, on the same input, form
 one trunk that runs through :class:`~omni_sfp.sfp.cache.SingleForwardPass` (skrl's shared model reuses the
 policy's containers for the value whatever the value's spec says; here a differing value network, such as a
-critic on ``STATES``, gets its own trunk, and nothing of it is counted as shareable). :func:`describe` says in
-one line what is shared.
+critic on ``STATES``, gets its own trunk, and nothing of it is counted as shareable).
 """
 
 from __future__ import annotations
@@ -40,9 +45,10 @@ from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixi
 from skrl.utils.spaces.torch import unflatten_tensorized_space
 from torch import nn
 
+from omni_sfp.compute.kernels import ELU
+from omni_sfp.config import schema
 from omni_sfp.config.schema import ConfigError
 from omni_sfp.sfp.cache import SFPStats, SingleForwardPass, clear_caches, collect_stats, sfp_modules
-from omni_sfp.sfp.models import ACTIVATIONS, activation_after_layer
 
 POLICY_CLASSES = ("GaussianMixin", "CategoricalMixin", "MultiCategoricalMixin")
 VALUE_CLASSES = ("DeterministicMixin",)
@@ -215,6 +221,8 @@ def _parse_layer(layer: Any, activation: Any, where: str) -> Layer:
     if isinstance(layer, bool):
         raise NetworkSpecError(f"{where}: layer {layer!r} is not a layer")
     if isinstance(layer, int | float):
+        if int(layer) < 1:
+            raise NetworkSpecError(f"{where}: layer {layer!r}; a linear layer's size is a positive integer")
         return Layer("linear", (("out_features", int(layer)),), activation)
     if isinstance(layer, str):
         if layer.lower() != "flatten":
@@ -259,9 +267,9 @@ _SKRL_LOG_STD_BOUNDS = {"min_log_std": -20.0, "max_log_std": 2.0}  # GaussianMix
 
 
 def plain_mlp(spec: NetworkSpec) -> tuple[list[int], str] | None:
-    """``(units, activation)`` when ``spec`` is what :class:`~omni_sfp.sfp.models.SharedActorCritic` builds: one MLP
-    container on ``OBSERVATIONS`` per role, the same for both, a Gaussian policy with skrl's default options and
-    linear heads. Such a spec trains with the tuned MLP models (and their benchmarks); None otherwise."""
+    """``(units, activation)`` when ``spec`` is :func:`mlp_spec`'s network: one MLP container on ``OBSERVATIONS``
+    per role, the same for both, a Gaussian policy with skrl's default options and linear heads; None otherwise.
+    A registered network of this shape is set as ``train.models.units`` and ``activation`` (which a sweep can vary)."""
     for role in (spec.policy, spec.value):
         if len(role.network) != 1 or role.network[0].input.strip() != "OBSERVATIONS":
             return None
@@ -448,11 +456,11 @@ def default_spec(
     separate: bool,
     initial_log_std: float,
     task: str,
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     """Our network for a task that registered none, chosen by space: an MLP on a flat ``Box``, a small CNN (then the
     MLP) on an image ``Box``, one-hot codes of ``Discrete``/``MultiDiscrete`` observations, a ``Dict`` or ``Tuple``
     entry by entry (:func:`_input_containers`); a Gaussian policy for ``Box`` actions, Categorical for ``Discrete``,
-    MultiCategorical for ``MultiDiscrete``. None where the tuned MLP models apply (flat ``Box`` in and out).
+    MultiCategorical for ``MultiDiscrete``. A flat ``Box`` in and out gets :func:`mlp_spec`'s network.
 
     :raises NetworkSpecError: any other space, in one line naming it.
     """
@@ -466,14 +474,24 @@ def default_spec(
         raise NetworkSpecError(
             f"task {task!r}: action space {action_space} is not supported (Box, Discrete or MultiDiscrete)"
         )
-    flat = isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 1
-    if flat and policy_cls == "GaussianMixin":
-        return None
     containers, source = _input_containers(observation_space, task)
     containers.append({"name": "net", "input": source, "layers": list(units), "activations": activation})
     policy: dict[str, Any] = {"class": policy_cls, "network": containers, "output": "ACTIONS"}
     if policy_cls == "GaussianMixin":
         policy["initial_log_std"] = float(initial_log_std)
+    value = {"class": "DeterministicMixin", "network": containers, "output": "ONE"}
+    return {"separate": bool(separate), "policy": policy, "value": value}
+
+
+def mlp_spec(
+    units: Sequence[int], activation: str = "elu", *, separate: bool = False, initial_log_std: float = 0.0
+) -> dict[str, Any]:
+    """Our tuned MLP as a spec: one container ``net`` of ``units`` on ``OBSERVATIONS`` for both roles (one trunk
+    for both unless ``separate``), a Gaussian policy and a value head (``train.models.units``, ``activation``)."""
+    if not units or any(isinstance(u, bool) or not isinstance(u, int) or u < 1 for u in units):
+        raise NetworkSpecError(f"train.models.units: {list(units)!r}; give a non-empty list of positive layer sizes")
+    containers = [{"name": "net", "input": "OBSERVATIONS", "layers": list(units), "activations": activation}]
+    policy = {"class": "GaussianMixin", "network": containers, "output": "ACTIONS", "initial_log_std": initial_log_std}
     value = {"class": "DeterministicMixin", "network": containers, "output": "ONE"}
     return {"separate": bool(separate), "policy": policy, "value": value}
 
@@ -555,6 +573,13 @@ class _Expression:
         self.names: set[str] = set()
         self.run = self._compile(tree.body)
 
+    def __getstate__(self) -> dict[str, str]:
+        """Pickled (``torch.save`` of a model, ``deepcopy``) as its text: the closures are rebuilt from it."""
+        return {"text": self.text, "where": self.where}
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.__init__(state["text"], state["where"])
+
     def _fail(self, node: ast.AST) -> NetworkSpecError:
         return NetworkSpecError(f"{self.where}: {ast.unparse(node)!r} in {self.text!r} is not supported")
 
@@ -619,17 +644,29 @@ def _output_head(output: str, where: str) -> tuple[str, str | None]:
 # -- modules --------------------------------------------------------------------------------------------------
 
 
+ACTIVATIONS: dict[str, type[nn.Module]] = {name: getattr(nn, cls) for name, cls in schema.ACTIVATIONS.items()}
+ACTIVATIONS["elu"] = ELU  # the CPU-tuned ELU (omni_sfp.compute.kernels)
 ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
-    **ACTIVATIONS,  # omni_sfp's, the CPU-tuned ELU among them
+    **ACTIVATIONS,  # train.models.activation's names
     "sigmoid": nn.Sigmoid,
     "softplus": nn.Softplus,
     "softsign": nn.Softsign,
     "softmax": lambda: nn.Softmax(dim=-1),
 }  # skrl's instantiators name these too
+INITS = schema.INITS
+
+
+def activation_after_layer(name: str) -> nn.Module:
+    """The activation module ``name`` for the output of a linear or convolution layer: the ELU in place (nothing
+    else reads that output, and the trunk keeps half the activations for the backward; a forward hook on the layer
+    sees its output before the ELU overwrites it, as with torch's own in-place activations), any other as built."""
+    return ELU(inplace=True) if ACTIVATION_MODULES[name] is ELU else ACTIVATION_MODULES[name]()
 
 
 def _init_layer(module: nn.Module, init: str, gain: float) -> None:
-    """``train.models.init`` on a linear or conv layer (see :func:`omni_sfp.sfp.models._linear`)."""
+    """``train.models.init`` on a linear or conv layer (module docstring, "Weights")."""
+    if init not in INITS:
+        raise NetworkSpecError(f"train.models.init={init!r} is not one of {', '.join(INITS)}")
     if init == "orthogonal":
         nn.init.orthogonal_(module.weight, gain=gain)
     if init != "torch" and module.bias is not None:
@@ -689,7 +726,7 @@ class Trunk(nn.Module):
                 with torch.no_grad():
                     x = module(x)
                 if layer.activation:  # a linear or convolution layer's (flatten has none): the ELU acts in place
-                    block.append(activation_after_layer(layer.activation, ACTIVATION_MODULES))
+                    block.append(activation_after_layer(layer.activation))
             self.inputs[container.name] = expression
             self.blocks[container.name] = nn.Sequential(*block)
             env[container.name] = x
@@ -697,23 +734,47 @@ class Trunk(nn.Module):
             raise NetworkSpecError(f"container {self.order[-1]!r}: its output must be flat (add a flatten layer)")
         self.features = int(env[self.order[-1]].shape[1])
         self.source = sources.pop() if len(sources) == 1 else None
+        read = containers[0].input.strip()
+        self.direct = (  # the source that forward hands straight to the one container's layers, else None
+            SOURCES[read]
+            if len(containers) == 1 and read in SOURCES and _flat_box(self.spaces[SOURCES[read]])
+            else None
+        )
 
     def _env(self, flat: Mapping[str, torch.Tensor | None]) -> Env:
         env: Env = {}
         for name, key in SOURCES.items():
             space = self.spaces.get(key)
             if space is not None and flat.get(key) is not None:
-                env[name] = unflatten_tensorized_space(space, flat[key])
+                # a flat Box is its own tensor (skrl's unflatten would only reshape it to itself)
+                env[name] = flat[key] if _flat_box(space) else unflatten_tensorized_space(space, flat[key])
         for name, key in _SPACES.items():
             env[name] = self.spaces.get(key)
         return env
 
     def forward(self, observations: torch.Tensor | None, states: torch.Tensor | None = None) -> torch.Tensor:
+        if self.direct is not None:  # one container on a flat Box (an MLP): its layers, no expressions
+            return self.blocks[self.order[0]](observations if self.direct == "observations" else states)
         env = self._env({"observations": observations, "states": states})
         for name in self.order:
             x = self.inputs[name].run(env)
             env[name] = self.blocks[name](x if x.is_floating_point() else x.float())
         return env[self.order[-1]]
+
+
+def make_mlp(
+    in_features: int, units: Sequence[int], activation: str = "elu", init: str = "orthogonal"
+) -> nn.Sequential:
+    """The layers of :func:`mlp_spec`'s trunk on ``in_features`` inputs, as :class:`Trunk` builds them (for code that
+    wants the plain MLP: the benchmark's framework-free floor, the cache's own tests)."""
+    spec = parse(mlp_spec(units, activation), source="make_mlp")
+    box = spaces.Box(-float("inf"), float("inf"), (int(in_features),))
+    return Trunk(spec.policy.network, {"observations": box}, init).blocks["net"]
+
+
+def _flat_box(space: gymnasium.Space | None) -> bool:
+    """A 1-D ``Box`` of floats: skrl's flat layout is the value itself."""
+    return isinstance(space, spaces.Box) and len(space.shape) == 1 and space.dtype.kind == "f"
 
 
 class _OneInput(nn.Module):
@@ -780,10 +841,10 @@ class _Head(nn.Module):
         super().__init__()
         self.linear = nn.Linear(features, size)
         _init_layer(self.linear, init, gain)
-        self.activation = ACTIVATION_MODULES[activation]() if activation else nn.Identity()
+        self.activation = ACTIVATION_MODULES[activation]() if activation else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.linear(x))
+        return self.linear(x) if self.activation is None else self.activation(self.linear(x))
 
 
 class _SpecModel:
@@ -798,6 +859,7 @@ class _SpecModel:
             self, observation_space=observation_space, state_space=state_space, action_space=action_space, device=device
         )
         self.spec = spec
+        self.register_load_state_dict_pre_hook(_upgrade_mlp_names)
 
     def _init_policy_mixin(self, role: Role) -> None:
         kwargs = {k: v for k, v in role.options if k in _MIXIN_OPTIONS[role.cls]}
@@ -867,6 +929,37 @@ class _SpecModel:
     def reset_sfp_stats(self) -> None:
         for module in sfp_modules(self):
             module.reset_stats()
+
+
+def upgraded_mlp_names(model: nn.Module, state: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``state`` with the parameter names of omni-sfp's MLP models before the MLP became a spec (0.x checkpoints:
+    ``SharedActorCritic``'s ``trunk.trunk.<i>``, ``policy_head``, ``value_head``; the separate ``GaussianActor`` and
+    ``ValueCritic``'s ``net.0.<i>`` and ``net.1``) as this ``model`` names them, in the same order; other names as
+    they are. The values are the same tensors (a shared trunk's under both roles' names)."""
+    roles = [role for role in ("policy", "value") if hasattr(model, f"{role}_head")]
+    upgraded: dict[str, Any] = {}
+    for key, value in state.items():
+        rest = key[len(prefix) :] if key.startswith(prefix) else None
+        head, _, tail = (rest or "").partition(".")
+        if rest is not None and rest.startswith("trunk.trunk.") and len(roles) == 2:
+            for role in roles:
+                upgraded[f"{prefix}{role}_trunk.trunk.net.blocks.net.{rest[len('trunk.trunk.') :]}"] = value
+        elif rest is not None and head in ("policy_head", "value_head") and tail in ("weight", "bias"):
+            upgraded[f"{prefix}{head}.linear.{tail}"] = value
+        elif rest is not None and rest.startswith(("net.0.", "net.1.")) and len(roles) == 1:
+            part = f"{roles[0]}_trunk.net.blocks.net." if rest.startswith("net.0.") else f"{roles[0]}_head.linear."
+            upgraded[f"{prefix}{part}{rest[len('net.0.') :]}"] = value
+        else:
+            upgraded[key] = value
+    return upgraded
+
+
+def _upgrade_mlp_names(model: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+    """``load_state_dict``'s pre-hook: an earlier MLP checkpoint loads (:func:`upgraded_mlp_names`)."""
+    upgraded = upgraded_mlp_names(model, state_dict, prefix)
+    if list(upgraded) != list(state_dict):
+        state_dict.clear()
+        state_dict.update(upgraded)
 
 
 _POLICY_MIXINS: dict[str, type] = {
@@ -1036,66 +1129,3 @@ class DeterministicPolicy(nn.Module):
         if self.kind == "CategoricalMixin":
             return logits.argmax(dim=-1, keepdim=True)
         return torch.stack([part.argmax(dim=-1) for part in torch.split(logits, self.parts, dim=-1)], dim=-1)
-
-
-def deterministic_policy(model: Model) -> DeterministicPolicy | None:
-    """:class:`DeterministicPolicy` of a spec-built policy; None for another model."""
-    if not isinstance(model, _SpecModel) or not hasattr(model, "policy_head"):
-        return None
-    if _unwrap(model.policy_trunk).source != "observations":
-        raise NetworkSpecError("cannot export a policy that reads states: a deployed policy sees observations only")
-    return DeterministicPolicy(model)
-
-
-def build_models(
-    spec: NetworkSpec,
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    device: torch.device,
-    *,
-    state_space: gymnasium.Space | None = None,
-    init: str = "torch",
-    single_forward_pass: bool = True,
-    cache_check: str = "auto",
-) -> dict[str, Model]:
-    """skrl PPO's ``{"policy": ..., "value": ...}`` for ``spec``: one shared model (:data:`SHARED_MODELS`) unless
-    the spec is ``separate`` (a policy of :data:`POLICY_MODELS` and a :class:`SpecValue`).
-
-    :raises NetworkSpecError: the spec does not fit the task's spaces (one line naming the container).
-    """
-    if spec.separate:
-        policy = POLICY_MODELS[spec.policy.cls](
-            spec, observation_space, action_space, device, state_space=state_space, init=init
-        )
-        value = SpecValue(spec, observation_space, action_space, device, state_space=state_space, init=init)
-        return {"policy": policy, "value": value}
-    model = SHARED_MODELS[spec.policy.cls](
-        spec,
-        observation_space,
-        action_space,
-        device,
-        state_space=state_space,
-        init=init,
-        cache_check=cache_check if single_forward_pass else "off",
-    )
-    return {"policy": model, "value": model}
-
-
-def describe(models: Mapping[str, Model]) -> str:
-    """One line on what the two roles share, for the start of a run."""
-    policy, value = models["policy"], models["value"]
-    if policy is not value:
-        return "separate policy and value networks: nothing shared, no cache"
-    cached = any(cache.cache_check != "off" for cache in sfp_modules(policy))
-    how = "through the single-forward-pass cache" if cached else "cache off: each role runs it (the double pass)"
-    if not isinstance(policy, _SharedRoles):
-        return f"one MLP trunk for both roles, {how}; a head per role"
-    policy_trunk, value_trunk = _unwrap(policy.policy_trunk), _unwrap(policy.value_trunk)
-    if policy.shared:
-        return f"one trunk ({' -> '.join(policy_trunk.order)}) for both roles, {how}; a head per role"
-    if policy_trunk is value_trunk:
-        return "one trunk on observations and states, run by each role: not cached (the cache keys one input)"
-    return (
-        f"nothing shared: the policy reads {policy_trunk.source or 'observations and states'}, the value "
-        f"{value_trunk.source or 'observations and states'} (a trunk each, no cache)"
-    )

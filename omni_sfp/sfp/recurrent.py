@@ -288,49 +288,6 @@ def is_recurrent(model: Any) -> bool:
     return bool(get is not None and get().get("rnn", {}).get("sizes"))
 
 
-def build_models(
-    spec: NetworkSpec,
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    device: torch.device,
-    *,
-    num_envs: int,
-    state_space: gymnasium.Space | None = None,
-    init: str = "torch",
-    single_forward_pass: bool = True,
-    cache_check: str = "auto",
-) -> dict[str, Model]:
-    """skrl ``PPO_RNN``'s ``{"policy": model, "value": model}`` for a spec with an ``rnn`` block: one shared model.
-
-    ``separate: true``, or a value network that differs from the policy's (a critic on states: rl_games' recurrent
-    ``central_value_config``), gives two models, each with its recurrent layer and hidden states (skrl ``PPO_RNN``'s
-    separate models); nothing is shared, so nothing is cached.
-
-    :raises NetworkSpecError: a spec that does not fit the task's spaces (one line).
-    """
-    if spec.rnn is None:
-        raise NetworkSpecError("train.models.network: no rnn block")
-    network._policy_size(spec.policy.cls, action_space)  # the action space fits the class: one line if not
-    if spec.separate or spec.value.network != spec.policy.network:
-        policy = RECURRENT_POLICIES[spec.policy.cls](
-            spec, observation_space, action_space, device, num_envs=num_envs, init=init
-        )
-        value = RecurrentValue(
-            spec, observation_space, action_space, device, state_space=state_space, num_envs=num_envs, init=init
-        )
-        return {"policy": policy, "value": value}
-    model = RECURRENT_MODELS[spec.policy.cls](
-        spec,
-        observation_space,
-        action_space,
-        device,
-        num_envs=num_envs,
-        init=init,
-        cache_check=cache_check if single_forward_pass else "off",
-    )
-    return {"policy": model, "value": model}
-
-
 def describe(models: Mapping[str, Model]) -> str:
     """One line on the recurrent model, for the start of a run."""
     model = models["policy"]

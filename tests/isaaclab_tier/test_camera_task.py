@@ -12,6 +12,7 @@ import torch
 
 from omni_sfp.envs import registry, upstream
 from omni_sfp.run.compose import load_config
+from omni_sfp.sfp import models as sfp_models
 from omni_sfp.sfp import network
 
 CAMERA = "Isaac-Cartpole-Camera-Direct"
@@ -34,7 +35,7 @@ def test_the_camera_env_builds_and_its_images_reach_a_cached_cnn():
         obs, _ = env.reset()
         assert obs.shape == (2, 6 * 96 * 96) and torch.isfinite(obs).all() and obs.std() > 0  # real pixels
         spec = network.parse({s.key: s.value for s in upstream.settings_for(CAMERA)}["train.models.network"])
-        model = network.build_models(spec, env.observation_space, env.action_space, torch.device("cpu"))["policy"]
+        model = sfp_models.build_models(spec, env.observation_space, env.action_space, torch.device("cpu"))["policy"]
         with torch.no_grad():
             actions, _ = model.act({"observations": obs}, role="policy")
             model.act({"observations": obs}, role="value")

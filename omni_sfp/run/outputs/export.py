@@ -137,42 +137,20 @@ class ExportedPolicy:
 
 
 def policy_network(policy: nn.Module) -> nn.Module:
-    """The module that maps normalised observations to mean actions, for the models of omni_sfp.sfp.models.
+    """The module that maps normalised observations to deterministic actions (and, for a recurrent policy, the
+    hidden state in and out): :func:`omni_sfp.sfp.models.deterministic_policy`, the same for every network the
+    builder builds. It shares the policy's parameters (:func:`deployed_policy` copies it).
 
-    The shared model's trunk is taken from inside its single-forward-pass cache (the cache keys its entries in
-    Python and has nothing to do at deployment); a ``torch.compile``-d part is exported as its original module.
-
-    :raises ExportError: Another model class (its ``compute`` may do anything; wrap it yourself).
+    :raises ExportError: a model the builder did not build (its ``compute`` may do anything; wrap it yourself),
+        or a policy that reads states.
     """
-    from omni_sfp.sfp.models import GaussianActor, SharedActorCritic
+    from omni_sfp.sfp.models import deterministic_policy
+    from omni_sfp.sfp.network import NetworkSpecError
 
-    def plain(module: nn.Module) -> nn.Module:
-        module = getattr(module, "_orig_mod", module)
-        if "forward" in vars(module):  # compile_policy.compile_trunk's compiled forward: export the class's own
-            module = copy.copy(module)  # the same parameters and children
-            del module.forward
-        return module
-
-    from omni_sfp.sfp.network import NetworkSpecError, deterministic_policy
-    from omni_sfp.sfp.recurrent import RecurrentDeterministicPolicy, is_recurrent
-
-    if is_recurrent(policy):
-        if not hasattr(policy, "rnn_spec"):
-            raise ExportError(f"cannot export a {type(policy).__name__}: export knows omni_sfp.sfp.recurrent's models")
-        return RecurrentDeterministicPolicy(policy)
     try:
-        spec_built = deterministic_policy(policy)  # a network built from a spec (CNN, discrete actions, ...)
+        return deterministic_policy(policy)
     except NetworkSpecError as error:
         raise ExportError(str(error)) from None
-    if spec_built is not None:
-        return spec_built
-    if isinstance(policy, SharedActorCritic):
-        return nn.Sequential(plain(policy.trunk.trunk), policy.policy_head)
-    if isinstance(policy, GaussianActor):
-        return plain(policy.net)
-    raise ExportError(
-        f"cannot export a {type(policy).__name__}: export knows SharedActorCritic and GaussianActor (omni_sfp.sfp.models)"
-    )
 
 
 def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | None, action_space) -> DeployedPolicy:
@@ -194,6 +172,9 @@ def deployed_policy(policy: nn.Module, observation_preprocessor: nn.Module | Non
     if discrete and getattr(source, "kind", "GaussianMixin") == "GaussianMixin":
         raise ExportError(f"cannot export a Gaussian policy for a {type(action_space).__name__} action space")
     network = copy.deepcopy(source).to("cpu", torch.float32).eval()
+    for module in network.modules():  # a trunk compiled by compile_policy.compile_trunk: export its own forward
+        if "forward" in vars(module):
+            del module.forward
     for parameter in network.parameters():
         parameter.requires_grad_(False)
     mean = variance = flat_parts = None
